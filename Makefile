@@ -1,0 +1,48 @@
+# Events API — every command the README names is a target here. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export EVENTS_API_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
+export EVENTS_API_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: help venv dev test lint bench services openapi fmt
+
+help: ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## Create or refresh the virtualenv in .venv
+
+dev: $(STAMP) ## Run everything locally (API, relay, embedded services)
+	$(BIN)/events-api dev
+
+services: ## Start local PostgreSQL and Redis when they are not running
+	@bash scripts/ensure-services.sh
+
+test: $(STAMP) services ## Run the whole test suite against real PostgreSQL and Redis
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff, mypy, and the committed OpenAPI document
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/events-api openapi | diff -u openapi.yaml -
+
+fmt: $(STAMP) ## Format and auto-fix the code
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+openapi: $(STAMP) ## Regenerate openapi.yaml from the code
+	$(BIN)/events-api openapi > openapi.yaml
+
+bench: $(STAMP) services ## Run the benchmarks and print the table (QUICK=1 for a short run)
+	$(BIN)/python -m bench $(if $(QUICK),--quick,)

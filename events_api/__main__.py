@@ -1,0 +1,3 @@
+from events_api.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""`events-api`: serve, relay, migrate, dev, openapi. Configuration errors end with one line, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from events_api.settings import Settings, SettingsError
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    settings.require("database_url", "admin_token")
+    uvicorn.run(
+        "events_api.http.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        access_log=False,
+        log_level="info",
+        proxy_headers=False,
+    )
+    return 0
+
+
+def _migrate(_: argparse.Namespace, settings: Settings) -> int:
+    from events_api.storage.migrate import migrate
+
+    created = migrate(
+        settings.sqlalchemy_url, now=datetime.now(UTC), partitions_ahead_days=settings.partitions_ahead_days
+    )
+    print(f"database is up to date; created {len(created)} outbox partition(s)")
+    return 0
+
+
+def _openapi(_: argparse.Namespace, settings: Settings) -> int:
+    import yaml
+
+    from events_api.http.app import build_services, create_app
+    from events_api.http.openapi import openapi_document
+
+    # Building the document needs no database: the engine is created lazily and never connects.
+    offline = Settings(database_url="postgresql://localhost/openapi", admin_token="unused")  # noqa: S106
+    app = create_app(services=build_services(offline))
+    sys.stdout.write(yaml.safe_dump(openapi_document(app), sort_keys=False, allow_unicode=True, width=120))
+    return 0
+
+
+def _not_yet(name: str, issue: int) -> object:
+    def run(_: argparse.Namespace, __: Settings) -> int:
+        print(f"events-api {name}: not available in this build yet (issue {issue})", file=sys.stderr)
+        return 2
+
+    return run
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="events-api", description="Events API: an HTTP outbox in front of Kafka.")
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.set_defaults(run=_serve)
+
+    commands.add_parser("migrate", help="bring the database schema up to date (idempotent)").set_defaults(run=_migrate)
+    commands.add_parser("openapi", help="print the OpenAPI document").set_defaults(run=_openapi)
+    commands.add_parser("relay", help="forward the outbox to Kafka").set_defaults(run=_not_yet("relay", 4))
+    dev = commands.add_parser("dev", help="everything on one machine with embedded services")
+    dev.add_argument("--data-dir")
+    dev.add_argument("--port", type=int, default=8000)
+    dev.set_defaults(run=_not_yet("dev", 8))
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        result: int = args.run(args, settings)
+    except SettingsError as exc:
+        print(f"events-api: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return result

@@ -1,0 +1,94 @@
+"""The app factory: the whole HTTP service assembled in one place."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from litestar import Litestar, MediaType, get
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+
+from events_api.errors import Problem, StorageUnavailable
+from events_api.http.openapi import openapi_config, openapi_document
+from events_api.http.problems import http_exception_handler, internal_error_handler, problem_handler
+from events_api.http.routes import events, ops, schemas, tenants
+from events_api.http.services import AnyRequest, Services
+from events_api.ids import RandomBytes
+from events_api.ingest import Ingest
+from events_api.schemas import SchemaRegistry
+from events_api.settings import Settings
+from events_api.storage.database import Database
+from events_api.storage.partitions import ensure_partitions, partition_days
+from events_api.tenants import Tenants
+
+log = logging.getLogger("events_api")
+
+ROUTES = [
+    ops.healthz,
+    ops.readyz,
+    tenants.create_tenant,
+    tenants.create_api_key,
+    tenants.revoke_api_key,
+    schemas.register_schema,
+    schemas.get_schema_version,
+    events.publish_event,
+    events.publish_batch,
+    events.get_event,
+    events.find_event,
+]
+
+
+@get("/openapi.json", include_in_schema=False, media_type=MediaType.JSON, security=[{}])
+async def serve_openapi(request: AnyRequest) -> dict[str, Any]:
+    return openapi_document(request.app)
+
+
+def build_services(
+    settings: Settings, *, clock: Callable[[], datetime] | None = None, random: RandomBytes = os.urandom
+) -> Services:
+    now = clock or (lambda: datetime.now(UTC))
+    db = Database(settings.sqlalchemy_url, pool_size=settings.db_pool_size)
+    registry = SchemaRegistry(db)
+    return Services(
+        settings=settings,
+        db=db,
+        tenants=Tenants(db, settings.admin_token, random),
+        registry=registry,
+        ingest=Ingest(db, registry, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
+        clock=now,
+    )
+
+
+def create_app(settings: Settings | None = None, *, services: Services | None = None) -> Litestar:
+    """The ASGI app. Without arguments (as uvicorn's factory) it reads the environment."""
+    if services is None:
+        settings = settings or Settings.from_env().require("database_url", "admin_token")
+        services = build_services(settings)
+    svc = services
+
+    async def prepare_partitions() -> None:
+        # The API never waits for `migrate` to run again before a new day: it creates what is missing.
+        try:
+            async with svc.db.transaction() as conn:
+                await ensure_partitions(conn, partition_days(svc.clock(), svc.settings.partitions_ahead_days))
+        except StorageUnavailable:
+            log.warning("database unreachable at start; serving 503 until it is back")
+
+    return Litestar(
+        route_handlers=[*ROUTES, serve_openapi],
+        state=State({"services": svc}),
+        on_startup=[prepare_partitions],
+        on_shutdown=[svc.db.dispose],
+        exception_handlers={
+            Problem: problem_handler,
+            HTTPException: http_exception_handler,
+            Exception: internal_error_handler,
+        },
+        openapi_config=openapi_config(),
+        request_max_body_size=svc.settings.max_body_bytes,
+        debug=False,
+    )

@@ -1,0 +1,35 @@
+"""Route handlers, one module per resource."""
+
+from __future__ import annotations
+
+from litestar.openapi.datastructures import ResponseSpec
+
+from events_api.models import Problem
+
+_DESCRIPTIONS = {
+    400: "Malformed request (bad JSON, missing or malformed Idempotency-Key)",
+    401: "Missing or invalid credentials",
+    403: "The credentials lack the required scope",
+    404: "Not found (or owned by another tenant)",
+    409: "Conflict",
+    413: "Body larger than EVENTS_API_MAX_BODY_BYTES",
+    415: "Unsupported Content-Type",
+    422: "Validation failed; `errors` holds JSON Pointers into the request body",
+    503: "Storage unavailable; retry after `Retry-After` seconds",
+}
+
+
+def problems(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI entries for the problem+json responses an operation can return."""
+    return {
+        status: ResponseSpec(
+            data_container=Problem,
+            media_type="application/problem+json",
+            description=_DESCRIPTIONS[status],
+            generate_examples=False,
+        )
+        for status in statuses
+    }
+
+
+AUTHED = (401, 403, 503)

@@ -1,0 +1,136 @@
+"""Publishing events and reading their delivery status."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import get, post
+from litestar.datastructures import ResponseHeader
+from litestar.params import Parameter
+from litestar.response import Response
+
+from events_api.auth import Scope
+from events_api.errors import BadRequest
+from events_api.http.routes import AUTHED, problems
+from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
+from events_api.idempotency import parse_idempotency_key
+from events_api.ingest import Outcome, Submitted, decode_batch, decode_event, valid_traceparent
+from events_api.models import BatchAccepted, BatchIn, EventAccepted, EventIn, EventStatus, EventStatusList
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Parameter(
+        header="Idempotency-Key",
+        required=True,
+        description='1-255 printable ASCII characters; the RFC 8941 quoted form `"abc"` means `abc`. '
+        "Reuse it on every retry of the same request.",
+    ),
+]
+TraceparentHeader = Annotated[
+    str | None,
+    Parameter(header="traceparent", required=False, description="W3C trace context, forwarded to Kafka."),
+]
+REPLAY_HEADER = ResponseHeader(
+    name="Idempotent-Replayed",
+    documentation_only=True,
+    description="`true` when this is a stored response replayed",
+)
+PUBLISH_ERRORS = problems(*AUTHED, 400, 409, 413, 415, 422)
+_SINGLE_TYPES = {"application/json": "native", "application/cloudevents+json": "cloudevents"}
+_BATCH_TYPES = {"application/json": "native", "application/cloudevents-batch+json": "cloudevents-batch"}
+
+
+async def _publish(
+    request: AnyRequest, key_header: str | None, traceparent: str | None, operation: str
+) -> Response[bytes]:
+    caller = await authorize_tenant(request, Scope.EVENTS_PUBLISH)
+    key = parse_idempotency_key(key_header)
+    svc = services(request)
+    accepted = _SINGLE_TYPES if operation == "event" else _BATCH_TYPES
+    kind, body = await read_body(request, tuple(accepted))
+    events: list[Submitted]
+    if operation == "event":
+        events = [decode_event(body, accepted[kind])]  # type: ignore[arg-type]
+    else:
+        events = decode_batch(body, accepted[kind], svc.settings.max_batch_events)  # type: ignore[arg-type]
+    outcome = await svc.ingest.publish(
+        caller.tenant_id,
+        key,
+        operation,
+        events,
+        traceparent=valid_traceparent(traceparent),  # type: ignore[arg-type]
+    )
+    return _render(outcome)
+
+
+def _render(outcome: Outcome) -> Response[bytes]:
+    headers = {}
+    if outcome.location:
+        headers["Location"] = outcome.location
+    if outcome.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(outcome.body, status_code=outcome.status, media_type="application/json", headers=headers)
+
+
+@post(
+    "/v1/events",
+    tags=["events"],
+    summary="Publish one event",
+    description="Answers 202 only once the event is committed in the outbox. Accepts a native event "
+    "(`application/json`) or a CloudEvents 1.0 structured event (`application/cloudevents+json`).",
+    status_code=202,
+    responses=PUBLISH_ERRORS,
+    response_headers=[
+        ResponseHeader(name="Location", documentation_only=True, description="`/v1/events/{event_id}`"),
+        REPLAY_HEADER,
+    ],
+    opt={"request_body": EventIn, "response_body": EventAccepted},
+)
+async def publish_event(
+    request: AnyRequest, idempotency_key: IdempotencyKeyHeader, traceparent: TraceparentHeader = None
+) -> Response[bytes]:
+    return await _publish(request, idempotency_key, traceparent, "event")
+
+
+@post(
+    "/v1/events/batch",
+    tags=["events"],
+    summary="Publish a batch of events, all or nothing",
+    description="One Idempotency-Key for the whole batch; any invalid event fails the batch and stores nothing.",
+    status_code=202,
+    responses=PUBLISH_ERRORS,
+    response_headers=[REPLAY_HEADER],
+    opt={"request_body": BatchIn, "response_body": BatchAccepted},
+)
+async def publish_batch(
+    request: AnyRequest, idempotency_key: IdempotencyKeyHeader, traceparent: TraceparentHeader = None
+) -> Response[bytes]:
+    return await _publish(request, idempotency_key, traceparent, "batch")
+
+
+@get(
+    "/v1/events/{event_id:str}",
+    tags=["events"],
+    summary="Delivery status of one event",
+    responses=problems(*AUTHED, 404),
+)
+async def get_event(request: AnyRequest, event_id: str) -> EventStatus:
+    caller = await authorize_tenant(request, Scope.EVENTS_READ, Scope.EVENTS_PUBLISH)
+    return await services(request).ingest.status(caller.tenant_id, event_id)
+
+
+@get(
+    "/v1/events",
+    tags=["events"],
+    summary="Find the event(s) stored under an Idempotency-Key",
+    description='For a key used with `POST /v1/events` the event; for a batch key `{"events": [...]}`.',
+    responses=problems(*AUTHED, 400, 404),
+)
+async def find_event(
+    request: AnyRequest,
+    idempotency_key: Annotated[str | None, Parameter(query="idempotency_key", required=True)] = None,
+) -> EventStatus | EventStatusList:
+    caller = await authorize_tenant(request, Scope.EVENTS_READ, Scope.EVENTS_PUBLISH)
+    if idempotency_key is None:
+        raise BadRequest("the idempotency_key query parameter is required")
+    return await services(request).ingest.status_by_key(caller.tenant_id, parse_idempotency_key(idempotency_key))

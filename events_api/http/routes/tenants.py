@@ -1,0 +1,55 @@
+"""Platform admin: tenants and their API keys."""
+
+from __future__ import annotations
+
+from litestar import delete, post
+
+from events_api.decoding import decode_body
+from events_api.http.routes import problems
+from events_api.http.services import AnyRequest, authorize_admin, read_body, services
+from events_api.models import ApiKeyCreated, ApiKeyIn, Tenant, TenantIn
+
+ADMIN = (400, 401, 403, 415, 422, 503)
+
+
+@post(
+    "/v1/tenants",
+    tags=["admin"],
+    summary="Create a tenant",
+    status_code=201,
+    responses=problems(*ADMIN, 409),
+    opt={"request_body": TenantIn},
+)
+async def create_tenant(request: AnyRequest) -> Tenant:
+    await authorize_admin(request)
+    _, body = await read_body(request, ("application/json",))
+    svc = services(request)
+    return await svc.tenants.create(decode_body(body, TenantIn).id, svc.clock())
+
+
+@post(
+    "/v1/tenants/{tenant:str}/api-keys",
+    tags=["admin"],
+    summary="Create an API key for a tenant (the key is shown only in this response)",
+    status_code=201,
+    responses=problems(*ADMIN, 404),
+    opt={"request_body": ApiKeyIn},
+)
+async def create_api_key(request: AnyRequest, tenant: str) -> ApiKeyCreated:
+    await authorize_admin(request)
+    _, body = await read_body(request, ("application/json",))
+    svc = services(request)
+    return await svc.tenants.create_key(tenant, decode_body(body, ApiKeyIn), svc.clock())
+
+
+@delete(
+    "/v1/tenants/{tenant:str}/api-keys/{key_id:str}",
+    tags=["admin"],
+    summary="Revoke an API key; it is refused at once",
+    status_code=204,
+    responses=problems(401, 403, 404, 503),
+)
+async def revoke_api_key(request: AnyRequest, tenant: str, key_id: str) -> None:
+    await authorize_admin(request)
+    svc = services(request)
+    await svc.tenants.revoke_key(tenant, key_id, svc.clock())

@@ -1,0 +1,14 @@
+"""The one logging setup: one line per record on stderr."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

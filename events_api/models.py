@@ -1,0 +1,165 @@
+"""Request and response bodies of the HTTP API, as msgspec structs (decoding is validation)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+TENANT_ID_PATTERN = r"^[a-z][a-z0-9-]{1,62}$"
+EVENT_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
+MAX_EVENT_TYPE_LENGTH = 255
+MAX_PARTITION_KEY_LENGTH = 1024
+MAX_HEADERS = 64
+
+TenantId = Annotated[str, Meta(pattern=TENANT_ID_PATTERN, description="Tenant id, e.g. `acme`.")]
+EventType = Annotated[
+    str,
+    Meta(pattern=EVENT_TYPE_PATTERN, max_length=MAX_EVENT_TYPE_LENGTH, description="e.g. `order.created`."),
+]
+AwareDatetime = Annotated[datetime, Meta(tz=True, description="RFC 3339 timestamp with a time zone.")]
+PartitionKey = Annotated[str, Meta(min_length=1, max_length=MAX_PARTITION_KEY_LENGTH)]
+HeaderName = Annotated[str, Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")]
+HeaderValue = Annotated[str, Meta(max_length=8192)]
+UserHeaders = Annotated[dict[HeaderName, HeaderValue], Meta(max_length=MAX_HEADERS)]
+SchemaVersion = Annotated[int, Meta(ge=1, le=2_147_483_647)]
+Scopes = Literal["events:publish", "events:read", "schemas:write", "dead-letters:manage"]
+
+
+class Problem(Struct, omit_defaults=True):
+    """RFC 9457 problem details."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[ProblemError] | None = None
+
+
+class ProblemError(Struct):
+    pointer: str
+    message: str
+
+
+# --- tenants and keys -------------------------------------------------------------------------
+
+
+class TenantIn(Struct, forbid_unknown_fields=True):
+    id: str
+
+
+class Tenant(Struct):
+    id: str
+    created_at: datetime
+
+
+class ApiKeyIn(Struct, forbid_unknown_fields=True):
+    scopes: Annotated[list[Scopes], Meta(min_length=1, max_length=4)]
+    name: Annotated[str, Meta(max_length=200)] = ""
+    expires_at: AwareDatetime | None = None
+
+
+class ApiKeyCreated(Struct):
+    id: str
+    key: Annotated[str, Meta(description="The secret API key. Shown only in this response.")]
+    tenant: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+
+class SchemaIn(Struct, forbid_unknown_fields=True):
+    schema: Annotated[dict[str, Any], Meta(description="A JSON Schema (2020-12 unless `$schema` says otherwise).")]
+
+
+class SchemaRegistered(Struct):
+    event_type: str
+    version: int
+    compatibility: str
+
+
+class SchemaVersionOut(Struct):
+    event_type: str
+    version: int
+    schema: dict[str, Any]
+    compatibility: str
+    created_at: datetime
+    created_by: str | None
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+class EventIn(Struct, forbid_unknown_fields=True):
+    """A native event."""
+
+    event_type: EventType
+    payload: dict[str, Any]
+    partition_key: PartitionKey | None = None
+    schema_version: SchemaVersion | None = None
+    occurred_at: AwareDatetime | None = None
+    headers: UserHeaders | None = None
+
+
+class CloudEventIn(Struct):
+    """A CloudEvents 1.0 event in structured mode; extension attributes are allowed and ignored
+    except `partitionkey` and `schemaversion`."""
+
+    specversion: Literal["1.0"]
+    type: EventType
+    data: dict[str, Any]
+    id: Annotated[str, Meta(min_length=1)] | None = None
+    source: Annotated[str, Meta(min_length=1)] | None = None
+    partitionkey: PartitionKey | None = None
+    schemaversion: SchemaVersion | None = None
+    time: AwareDatetime | None = None
+    datacontenttype: Literal["application/json"] | None = None
+
+
+class BatchIn(Struct, forbid_unknown_fields=True):
+    events: Annotated[list[EventIn], Meta(min_length=1)]
+
+
+class EventAccepted(Struct):
+    event_id: str
+    status: Literal["accepted"]
+    event_type: str
+    schema_version: int
+    received_at: str
+
+
+class BatchAccepted(Struct):
+    events: list[EventAccepted]
+
+
+class KafkaCoordinates(Struct):
+    topic: str
+    partition: int
+    offset: int
+
+
+class EventStatus(Struct, omit_defaults=True):
+    event_id: str
+    event_type: str
+    status: Literal["pending", "published", "dead_lettered"]
+    attempts: int
+    received_at: str
+    schema_version: int
+    published_at: str | None = None
+    kafka: KafkaCoordinates | None = None
+    last_error: str | None = None
+
+
+class EventStatusList(Struct):
+    events: list[EventStatus]
+
+
+class Health(Struct):
+    status: str
+    checks: dict[str, str] = msgspec.field(default_factory=dict)

@@ -1,0 +1,103 @@
+"""Platform-level rows: tenants and their API keys. The only queries here that are not scoped to a
+tenant are the ones that establish which tenant a caller is (`load_api_key`) or create one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from events_api.storage.database import Database
+from events_api.storage.tables import api_keys, tenants
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    key_id: str
+    tenant_id: str
+    scopes: frozenset[str]
+    secret_hash: bytes
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class PlatformStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create_tenant(self, tenant_id: str, now: datetime) -> bool:
+        """create_tenant: insert a tenant; False when the id is taken."""
+        stmt = (
+            pg_insert(tenants)
+            .values(id=tenant_id, created_at=now)
+            .on_conflict_do_nothing(index_elements=[tenants.c.id])
+            .returning(tenants.c.id)
+        )
+        async with self.db.transaction() as conn:
+            return (await conn.execute(stmt)).first() is not None
+
+    async def tenant_exists(self, tenant_id: str) -> bool:
+        """tenant_exists: is there a tenant with this id."""
+        async with self.db.autocommit() as conn:
+            row = await conn.execute(select(func.count()).where(tenants.c.id == tenant_id))
+            return bool(row.scalar_one())
+
+    async def create_api_key(
+        self,
+        tenant_id: str,
+        *,
+        key_id: str,
+        name: str,
+        scopes: Sequence[str],
+        secret_hash: bytes,
+        now: datetime,
+        expires_at: datetime | None,
+    ) -> None:
+        """create_api_key: store a new key's hash for a tenant."""
+        stmt = insert(api_keys).values(
+            id=key_id,
+            tenant_id=tenant_id,
+            name=name,
+            scopes=list(scopes),
+            secret_hash=secret_hash,
+            created_at=now,
+            expires_at=expires_at,
+        )
+        async with self.db.transaction() as conn:
+            await conn.execute(stmt)
+
+    async def revoke_api_key(self, tenant_id: str, key_id: str, now: datetime) -> bool:
+        """revoke_api_key: mark a tenant's key revoked; False when the tenant has no such key."""
+        stmt = (
+            update(api_keys)
+            .where(and_(api_keys.c.tenant_id == tenant_id, api_keys.c.id == key_id))
+            .values(revoked_at=func.coalesce(api_keys.c.revoked_at, now))
+            .returning(api_keys.c.id)
+        )
+        async with self.db.transaction() as conn:
+            return (await conn.execute(stmt)).first() is not None
+
+    async def load_api_key(self, key_id: str) -> StoredKey | None:
+        """load_api_key: the key row that authenticates a request (this decides the tenant)."""
+        stmt = select(
+            api_keys.c.tenant_id,
+            api_keys.c.scopes,
+            api_keys.c.secret_hash,
+            api_keys.c.expires_at,
+            api_keys.c.revoked_at,
+        ).where(api_keys.c.id == key_id)
+        async with self.db.autocommit() as conn:
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return StoredKey(
+            key_id=key_id,
+            tenant_id=row.tenant_id,
+            scopes=frozenset(row.scopes),
+            secret_hash=bytes(row.secret_hash),
+            expires_at=row.expires_at,
+            revoked_at=row.revoked_at,
+        )

@@ -1,0 +1,145 @@
+"""SQLAlchemy metadata: the single description of the schema. Alembic migrations must produce
+exactly this (tests/integration/test_migrations.py proves it)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Sequence,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _timestamp(name: str, *, nullable: bool = False) -> Column[object]:
+    return Column(name, DateTime(timezone=True), nullable=nullable)
+
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", Text, primary_key=True),
+    _timestamp("created_at"),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant_id", Text, ForeignKey("tenants.id"), nullable=False, index=True),
+    Column("name", Text, nullable=False),
+    Column("scopes", ARRAY(Text), nullable=False),
+    # SHA-256 of the secret part; keys are 256-bit random so a slow hash adds nothing.
+    Column("secret_hash", LargeBinary, nullable=False),
+    _timestamp("created_at"),
+    _timestamp("expires_at", nullable=True),
+    _timestamp("revoked_at", nullable=True),
+)
+
+event_types = Table(
+    "event_types",
+    metadata,
+    Column("tenant_id", Text, ForeignKey("tenants.id"), nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("compatibility", Text, nullable=False, server_default="BACKWARD"),
+    _timestamp("created_at"),
+    PrimaryKeyConstraint("tenant_id", "event_type"),
+)
+
+schema_versions = Table(
+    "schema_versions",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("schema", JSONB, nullable=False),
+    # SHA-256 of the canonical JSON of the schema: an identical registration finds its version.
+    Column("fingerprint", LargeBinary, nullable=False),
+    _timestamp("created_at"),
+    Column("created_by", Text, nullable=True),
+    PrimaryKeyConstraint("tenant_id", "event_type", "version"),
+    UniqueConstraint("tenant_id", "event_type", "fingerprint"),
+    ForeignKeyConstraint(
+        ["tenant_id", "event_type"],
+        ["event_types.tenant_id", "event_types.event_type"],
+        name="fk_schema_versions_event_type_event_types",
+    ),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("operation", Text, nullable=False),
+    # SHA-256 of the normalised request: same key with another request is refused.
+    Column("fingerprint", LargeBinary, nullable=False),
+    Column("event_ids", ARRAY(Text), nullable=False),
+    Column("response_status", SmallInteger, nullable=False),
+    Column("response_body", LargeBinary, nullable=False),
+    _timestamp("created_at"),
+    _timestamp("expires_at"),
+    PrimaryKeyConstraint("tenant_id", "key"),
+    CheckConstraint("operation IN ('event', 'batch')", name="operation"),
+    Index(None, "expires_at"),
+)
+
+outbox_seq = Sequence("outbox_seq", metadata=metadata)
+
+# Partitioned by RANGE (received_at), one partition per UTC day (storage/partitions.py). The primary
+# key must contain the partition column; the event id encodes received_at, so lookups prune.
+outbox = Table(
+    "outbox",
+    metadata,
+    _timestamp("received_at"),
+    Column("event_id", Text, nullable=False),
+    Column("seq", BigInteger, outbox_seq, server_default=outbox_seq.next_value(), nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("partition_key", Text, nullable=True),
+    Column("lane", SmallInteger, nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    # The payload as the JSON bytes the relay will send, so it is never re-encoded.
+    Column("payload", LargeBinary, nullable=False),
+    Column("headers", JSONB, nullable=True),
+    Column("traceparent", Text, nullable=True),
+    _timestamp("occurred_at", nullable=True),
+    Column("state", Text, nullable=False, server_default="pending"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    _timestamp("next_attempt_at"),
+    Column("last_error", Text, nullable=True),
+    _timestamp("published_at", nullable=True),
+    Column("kafka_topic", Text, nullable=True),
+    Column("kafka_partition", Integer, nullable=True),
+    Column("kafka_offset", BigInteger, nullable=True),
+    PrimaryKeyConstraint("received_at", "event_id"),
+    CheckConstraint("state IN ('pending', 'published')", name="state"),
+    # The relay's claim: pending rows of a lane in sequence order.
+    Index("ix_outbox_pending_lane_seq", "lane", "seq", postgresql_where=text("state = 'pending'")),
+    postgresql_partition_by="RANGE (received_at)",
+)

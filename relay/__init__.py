@@ -1,0 +1,1 @@
+"""The relay: claim → produce → settle, per lane, to Kafka (issue 4)."""
