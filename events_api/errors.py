@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 PROBLEM_BASE = "https://events-api.dev/problems/"
 
@@ -25,9 +26,13 @@ class Problem(Exception):
     errors: Sequence[FieldError] = field(default_factory=tuple)
     headers: dict[str, str] = field(default_factory=dict)
 
-    status = 500
-    slug = "internal-error"
-    title = "Internal server error"
+    status: ClassVar[int] = 500
+    slug: ClassVar[str] = "internal-error"
+    title: ClassVar[str] = "Internal server error"
+    default_headers: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        self.headers = {**self.default_headers, **self.headers}
 
     def __str__(self) -> str:
         return f"{self.status} {self.title}: {self.detail}"
@@ -47,9 +52,7 @@ class InvalidIdempotencyKey(Problem):
 
 class Unauthorized(Problem):
     status, slug, title = 401, "unauthorized", "Missing or invalid credentials"
-
-    def __post_init__(self) -> None:
-        self.headers.setdefault("WWW-Authenticate", 'Bearer realm="events-api"')
+    default_headers: ClassVar[dict[str, str]] = {"WWW-Authenticate": 'Bearer realm="events-api"'}
 
 
 class Forbidden(Problem):
@@ -70,9 +73,7 @@ class Conflict(Problem):
 
 class IdempotencyKeyInFlight(Problem):
     status, slug, title = 409, "idempotency-key-in-flight", "A request with this Idempotency-Key is in flight"
-
-    def __post_init__(self) -> None:
-        self.headers.setdefault("Retry-After", "1")
+    default_headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
 
 
 class PayloadTooLarge(Problem):
@@ -93,6 +94,4 @@ class IdempotencyKeyReused(Problem):
 
 class StorageUnavailable(Problem):
     status, slug, title = 503, "storage-unavailable", "Storage is unavailable; retry later"
-
-    def __post_init__(self) -> None:
-        self.headers.setdefault("Retry-After", "1")
+    default_headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import ResponseHeader
-from litestar.params import Parameter
+from litestar.params import FromPath, HeaderParameter, QueryParameter
 from litestar.response import Response
 
 from events_api.auth import Scope
@@ -19,8 +19,8 @@ from events_api.models import BatchAccepted, BatchIn, EventAccepted, EventIn, Ev
 
 IdempotencyKeyHeader = Annotated[
     str | None,
-    Parameter(
-        header="Idempotency-Key",
+    HeaderParameter(
+        name="Idempotency-Key",
         required=True,
         description='1-255 printable ASCII characters; the RFC 8941 quoted form `"abc"` means `abc`. '
         "Reuse it on every retry of the same request.",
@@ -28,7 +28,7 @@ IdempotencyKeyHeader = Annotated[
 ]
 TraceparentHeader = Annotated[
     str | None,
-    Parameter(header="traceparent", required=False, description="W3C trace context, forwarded to Kafka."),
+    HeaderParameter(name="traceparent", required=False, description="W3C trace context, forwarded to Kafka."),
 ]
 REPLAY_HEADER = ResponseHeader(
     name="Idempotent-Replayed",
@@ -114,7 +114,7 @@ async def publish_batch(
     summary="Delivery status of one event",
     responses=problems(*AUTHED, 404),
 )
-async def get_event(request: AnyRequest, event_id: str) -> EventStatus:
+async def get_event(request: AnyRequest, event_id: FromPath[str]) -> EventStatus:
     caller = await authorize_tenant(request, Scope.EVENTS_READ, Scope.EVENTS_PUBLISH)
     return await services(request).ingest.status(caller.tenant_id, event_id)
 
@@ -128,7 +128,7 @@ async def get_event(request: AnyRequest, event_id: str) -> EventStatus:
 )
 async def find_event(
     request: AnyRequest,
-    idempotency_key: Annotated[str | None, Parameter(query="idempotency_key", required=True)] = None,
+    idempotency_key: Annotated[str | None, QueryParameter(name="idempotency_key", required=True)] = None,
 ) -> EventStatus | EventStatusList:
     caller = await authorize_tenant(request, Scope.EVENTS_READ, Scope.EVENTS_PUBLISH)
     if idempotency_key is None:

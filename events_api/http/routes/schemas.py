@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from litestar import get, post
+from litestar.params import FromPath
 from litestar.response import Response
 
 from events_api.auth import Scope
@@ -22,7 +23,7 @@ from events_api.models import SchemaIn, SchemaRegistered, SchemaVersionOut
     responses=problems(*AUTHED, 400, 409, 415, 422),
     opt={"request_body": SchemaIn},
 )
-async def register_schema(request: AnyRequest, event_type: str) -> Response[SchemaRegistered]:
+async def register_schema(request: AnyRequest, event_type: FromPath[str]) -> Response[SchemaRegistered]:
     caller = await authorize_tenant(request, Scope.SCHEMAS_WRITE)
     _, body = await read_body(request, ("application/json",))
     svc = services(request)
@@ -45,7 +46,9 @@ async def register_schema(request: AnyRequest, event_type: str) -> Response[Sche
     summary="Get one version of an event type's schema (`latest` for the newest)",
     responses=problems(*AUTHED, 404, 422),
 )
-async def get_schema_version(request: AnyRequest, event_type: str, version: str) -> SchemaVersionOut:
+async def get_schema_version(
+    request: AnyRequest, event_type: FromPath[str], version: FromPath[str]
+) -> SchemaVersionOut:
     caller = await authorize_tenant(request)
     if version != "latest" and not (version.isdigit() and 0 < int(version) < 2**31):
         raise NotFound(f"version must be a positive integer or `latest`, not {version[:40]!r}")

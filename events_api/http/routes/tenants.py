@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from litestar import delete, post
+from litestar.params import FromPath
 
 from events_api.decoding import decode_body
 from events_api.http.routes import problems
@@ -35,7 +36,7 @@ async def create_tenant(request: AnyRequest) -> Tenant:
     responses=problems(*ADMIN, 404),
     opt={"request_body": ApiKeyIn},
 )
-async def create_api_key(request: AnyRequest, tenant: str) -> ApiKeyCreated:
+async def create_api_key(request: AnyRequest, tenant: FromPath[str]) -> ApiKeyCreated:
     await authorize_admin(request)
     _, body = await read_body(request, ("application/json",))
     svc = services(request)
@@ -49,7 +50,7 @@ async def create_api_key(request: AnyRequest, tenant: str) -> ApiKeyCreated:
     status_code=204,
     responses=problems(401, 403, 404, 503),
 )
-async def revoke_api_key(request: AnyRequest, tenant: str, key_id: str) -> None:
+async def revoke_api_key(request: AnyRequest, tenant: FromPath[str], key_id: FromPath[str]) -> None:
     await authorize_admin(request)
     svc = services(request)
     await svc.tenants.revoke_key(tenant, key_id, svc.clock())

@@ -1,0 +1,170 @@
+"""The results table: one row per (scenario, target), headed by the machine's figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.env import ROOT
+from bench.loadgen import LoadResult
+
+
+@dataclass(slots=True)
+class Row:
+    scenario: str
+    target: str
+    events_per_s: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    p999_ms: float | None = None
+    errors: int | None = None
+    loadgen_cpu_pct: float | None = None
+    notes: list[str] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)  # % of one core per process group in the window
+    goal_met: bool | None = None
+
+    @classmethod
+    def from_load(cls, scenario: str, target: str, result: LoadResult, events_per_request: int = 1) -> Row:
+        row = cls(
+            scenario=scenario,
+            target=target,
+            events_per_s=result.requests_per_s * events_per_request,
+            p50_ms=result.percentile_ms(50),
+            p99_ms=result.percentile_ms(99),
+            p999_ms=result.percentile_ms(99.9),
+            errors=result.errors,
+            loadgen_cpu_pct=result.loadgen_cpu_pct,
+            cpu=dict(result.cpu),
+        )
+        if result.errors:
+            row.notes.append(f"errors: {result.error_summary()}")
+        return row
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    cpus: int
+    cpu_model: str
+    memory_gb: float
+    postgres: str
+    postgres_settings: dict[str, str]
+    python: str
+    date: str
+    commit: str
+    mode: str
+
+    def lines(self) -> list[str]:
+        pg = ", ".join(f"{k}={v}" for k, v in self.postgres_settings.items())
+        return [
+            f"- Date: {self.date}",
+            f"- CPUs: {self.cpus} × {self.cpu_model}; memory {self.memory_gb:.0f} GB",
+            f"- PostgreSQL {self.postgres} ({pg})",
+            f"- Python {self.python}; {platform.system()} {platform.release()}",
+            f"- Commit: {self.commit}; mode: {self.mode}",
+        ]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _memory_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    commit = done.stdout.strip() or "unknown"
+    return f"{commit} (+ uncommitted changes)" if status.stdout.strip() else commit
+
+
+def machine(pg_settings: dict[str, str], mode: str) -> Machine:
+    settings = dict(pg_settings)
+    version = settings.pop("server_version", "?")
+    return Machine(
+        cpus=os.cpu_count() or 1,
+        cpu_model=_cpu_model(),
+        memory_gb=_memory_gb(),
+        postgres=version,
+        postgres_settings=settings,
+        python=platform.python_version(),
+        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        commit=_commit(),
+        mode=mode,
+    )
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _cpu_line(row: Row) -> str:
+    order = ["api", "postgres", "machine busy", "iowait"]
+    names = [n for n in order if n in row.cpu] + [n for n in row.cpu if n not in order]
+    parts = [f"{name} {row.cpu[name]:.0f}%" for name in names]
+    return f"- {row.scenario} / {row.target}: " + ", ".join(parts)
+
+
+def render(
+    title: str, machine_info: Machine, rows: list[Row], goals: list[str], server_notes: list[str], cores: int
+) -> str:
+    out = [f"# {title}", "", *machine_info.lines(), ""]
+    out.append("| scenario | target | events/s | p50 ms | p99 ms | p99.9 ms | errors | load-gen CPU | notes |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        errors = "–" if row.errors is None else str(row.errors)
+        cpu = "–" if row.loadgen_cpu_pct is None else f"{row.loadgen_cpu_pct:.0f}%"
+        notes = "; ".join(row.notes).replace("|", "\\|")
+        out.append(
+            f"| {row.scenario} | {row.target} | {_num(row.events_per_s, 0)} | {_num(row.p50_ms)} | "
+            f"{_num(row.p99_ms)} | {_num(row.p999_ms)} | {errors} | {cpu} | {notes} |"
+        )
+    if goals:
+        out += ["", "Goals:", *goals]
+    cpu_rows = [row for row in rows if row.cpu]
+    if cpu_rows:
+        out += [
+            "",
+            f"CPU in the measured window, % of one core ({cores} cores = {100 * cores}%; "
+            "api = the server and its workers, postgres = all postgres processes, load-gen in the table):",
+            *[_cpu_line(row) for row in cpu_rows],
+        ]
+    if server_notes:
+        out += ["", "Server logs:", *server_notes]
+    return "\n".join(out) + "\n"
+
+
+def write(results_dir: Path, text: str, machine_info: Machine, rows: list[Row]) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / "latest.md"
+    path.write_text(text)
+    data = {"machine": asdict(machine_info), "rows": [asdict(row) for row in rows]}
+    (results_dir / "latest.json").write_text(json.dumps(data, indent=2) + "\n")
+    return path

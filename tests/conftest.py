@@ -1,0 +1,116 @@
+"""Shared fixtures. Tests talk to the real PostgreSQL (one freshly migrated database per test run)
+and isolate their data by tenant: every test gets its own tenant id."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from events_api.http.app import build_services, create_app
+from events_api.settings import Settings
+from events_api.storage.migrate import migrate
+
+ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+ALL_SCOPES = ["events:publish", "events:read", "schemas:write", "dead-letters:manage"]
+ORDER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string"},
+        "amount": {"type": "integer", "minimum": 0},
+        "currency": {"type": "string", "enum": ["EUR", "USD"]},
+    },
+    "required": ["order_id", "amount"],
+}
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A new database for this test run, migrated to head, dropped afterwards."""
+    admin_url = os.environ.get("EVENTS_API_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    name = f"events_api_test_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _with_database(admin_url, name)
+    migrate(Settings(database_url=url).sqlalchemy_url, now=datetime.now(UTC), partitions_ahead_days=3)
+    yield url
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, admin_token=ADMIN_TOKEN, db_pool_size=10)
+
+
+@pytest.fixture
+def sql(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A plain connection for checking what the service stored."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[AsyncTestClient[Any]]:
+    app = create_app(services=build_services(settings))
+    async with AsyncTestClient(app) as test_client:
+        yield test_client
+
+
+@dataclass
+class TenantFixture:
+    id: str
+    key: str
+    key_id: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+async def new_tenant(client: AsyncTestClient[Any], scopes: list[str] | None = None) -> TenantFixture:
+    tenant_id = "t-" + secrets.token_hex(6)
+    response = await client.post("/v1/tenants", json={"id": tenant_id}, headers=ADMIN)
+    assert response.status_code == 201, response.text
+    return TenantFixture(tenant_id, *await new_key(client, tenant_id, scopes or ALL_SCOPES))
+
+
+async def new_key(client: AsyncTestClient[Any], tenant_id: str, scopes: list[str]) -> tuple[str, str]:
+    response = await client.post(
+        f"/v1/tenants/{tenant_id}/api-keys", json={"scopes": scopes, "name": "test"}, headers=ADMIN
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["key"], response.json()["id"]
+
+
+@pytest.fixture
+async def tenant(client: AsyncTestClient[Any]) -> TenantFixture:
+    """A tenant with an all-scopes key and the `order.created` schema registered."""
+    found = await new_tenant(client)
+    response = await client.post(
+        "/v1/schemas/order.created/versions", json={"schema": ORDER_SCHEMA}, headers=found.auth
+    )
+    assert response.status_code == 201, response.text
+    return found
+
+
+def order(n: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"event_type": "order.created", "payload": {"order_id": f"o-{n}", "amount": n}, **extra}
+
+
+def idem(key: str | None = None) -> dict[str, str]:
+    return {"Idempotency-Key": key or secrets.token_hex(12)}

@@ -1,0 +1,140 @@
+"""Against the real thing: `events-api serve --workers 2` as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ADMIN, ADMIN_TOKEN, ALL_SCOPES, ORDER_SCHEMA, order
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def server(database_url: str) -> Iterator[str]:
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("EVENTS_API_")},
+        "EVENTS_API_DATABASE_URL": database_url,
+        "EVENTS_API_ADMIN_TOKEN": ADMIN_TOKEN,
+        "EVENTS_API_MAX_BODY_BYTES": "65536",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("events-api serve did not become ready")
+        yield base
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+        assert b"Traceback" not in stderr, stderr.decode()
+
+
+@pytest.fixture(scope="module")
+def live_tenant(server: str) -> dict[str, str]:
+    tenant_id = "live-" + secrets.token_hex(4)
+    with httpx.Client(base_url=server, headers=ADMIN) as http:
+        assert http.post("/v1/tenants", json={"id": tenant_id}).status_code == 201
+        key = http.post(f"/v1/tenants/{tenant_id}/api-keys", json={"scopes": ALL_SCOPES}).json()["key"]
+        auth = {"Authorization": f"Bearer {key}"}
+        registered = http.post("/v1/schemas/order.created/versions", json={"schema": ORDER_SCHEMA}, headers=auth)
+        assert registered.status_code == 201
+    return {"tenant": tenant_id, **auth}
+
+
+def test_health_and_openapi(server: str) -> None:
+    assert httpx.get(f"{server}/healthz").json() == {"status": "ok", "checks": {}}
+    ready = httpx.get(f"{server}/readyz")
+    assert ready.status_code == 200
+    document = httpx.get(f"{server}/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    assert "/v1/events" in document["paths"]
+
+
+async def test_concurrent_same_key_across_workers(server: str, live_tenant: dict[str, str], sql: Any) -> None:
+    key = secrets.token_hex(8)
+    headers = {"Authorization": live_tenant["Authorization"], "Idempotency-Key": key}
+    limits = httpx.Limits(max_connections=64)
+    async with httpx.AsyncClient(base_url=server, limits=limits, timeout=30) as http:
+        responses = await asyncio.gather(*(http.post("/v1/events", json=order(1), headers=headers) for _ in range(64)))
+    statuses = [r.status_code for r in responses]
+    assert set(statuses) <= {202, 409}, statuses
+    assert len({r.json()["event_id"] for r in responses if r.status_code == 202}) == 1
+    count = sql.execute(
+        "SELECT count(*) FROM outbox WHERE tenant_id = %s AND idempotency_key = %s", (live_tenant["tenant"], key)
+    ).fetchone()
+    assert count == (1,)
+
+
+def test_body_limit_applies_while_streaming(server: str, live_tenant: dict[str, str]) -> None:
+    """A chunked upload (no Content-Length) is cut off at EVENTS_API_MAX_BODY_BYTES."""
+    headers = {
+        "Authorization": live_tenant["Authorization"],
+        "Idempotency-Key": secrets.token_hex(8),
+        "Content-Type": "application/json",
+    }
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"event_type": "order.created", "payload": {"order_id": "'
+        for _ in range(40):
+            yield b"x" * 4096
+        yield b'", "amount": 1}}'
+
+    response = httpx.post(f"{server}/v1/events", content=chunks(), headers=headers)
+    assert response.status_code == 413
+    assert response.headers["content-type"].startswith("application/problem+json")
+    declared = httpx.post(f"{server}/v1/events", content=b"x" * 70000, headers=headers)
+    assert declared.status_code == 413
+
+
+def test_unknown_routes_and_methods_are_problems(server: str) -> None:
+    missing = httpx.get(f"{server}/v1/nothing-here")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/problem+json")
+    wrong_method = httpx.put(f"{server}/v1/events")
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["status"] == 405
+
+
+def test_migrate_command(database_url: str) -> None:
+    env = {**os.environ, "EVENTS_API_DATABASE_URL": database_url}
+    result = subprocess.run(
+        [sys.executable, "-m", "events_api", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stdout
