@@ -122,11 +122,12 @@ def decode_event(body: bytes, body_format: BodyFormat) -> Submitted:
 
 def decode_batch(body: bytes, body_format: BodyFormat, max_events: int) -> list[Submitted]:
     if body_format == "cloudevents-batch":
-        cloudevents = decode_body(body, list[CloudEventIn])
+        cloudevents: list[CloudEventIn] = decode_body(body, list[CloudEventIn])
         events = [_cloudevent(e, f"/{i}") for i, e in enumerate(cloudevents)]
         where = ""
     else:
-        events = [_native(e, f"/events/{i}") for i, e in enumerate(decode_body(body, BatchIn).events)]
+        batch: BatchIn = decode_body(body, BatchIn)
+        events = [_native(e, f"/events/{i}") for i, e in enumerate(batch.events)]
         where = "/events"
     if not 1 <= len(events) <= max_events:
         raise ValidationFailed(

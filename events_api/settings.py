@@ -78,7 +78,7 @@ class Settings:
     idempotency_ttl: timedelta = timedelta(hours=24)
     outbox_retention: timedelta = timedelta(days=7)
     max_batch_events: int = 500
-    db_pool_size: int = 20
+    db_pool_size: int = 10
     partitions_ahead_days: int = 7
 
     @classmethod

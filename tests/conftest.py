@@ -11,13 +11,14 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import psycopg
 import pytest
-from litestar.testing import AsyncTestClient
 
 from events_api.http.app import build_services, create_app
 from events_api.settings import Settings
 from events_api.storage.migrate import migrate
+from tests.support.asgi import running
 
 ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -65,9 +66,8 @@ def sql(database_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[AsyncTestClient[Any]]:
-    app = create_app(services=build_services(settings))
-    async with AsyncTestClient(app) as test_client:
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async with running(create_app(services=build_services(settings))) as test_client:
         yield test_client
 
 
@@ -82,14 +82,14 @@ class TenantFixture:
         return {"Authorization": f"Bearer {self.key}"}
 
 
-async def new_tenant(client: AsyncTestClient[Any], scopes: list[str] | None = None) -> TenantFixture:
+async def new_tenant(client: httpx.AsyncClient, scopes: list[str] | None = None) -> TenantFixture:
     tenant_id = "t-" + secrets.token_hex(6)
     response = await client.post("/v1/tenants", json={"id": tenant_id}, headers=ADMIN)
     assert response.status_code == 201, response.text
     return TenantFixture(tenant_id, *await new_key(client, tenant_id, scopes or ALL_SCOPES))
 
 
-async def new_key(client: AsyncTestClient[Any], tenant_id: str, scopes: list[str]) -> tuple[str, str]:
+async def new_key(client: httpx.AsyncClient, tenant_id: str, scopes: list[str]) -> tuple[str, str]:
     response = await client.post(
         f"/v1/tenants/{tenant_id}/api-keys", json={"scopes": scopes, "name": "test"}, headers=ADMIN
     )
@@ -98,7 +98,7 @@ async def new_key(client: AsyncTestClient[Any], tenant_id: str, scopes: list[str
 
 
 @pytest.fixture
-async def tenant(client: AsyncTestClient[Any]) -> TenantFixture:
+async def tenant(client: httpx.AsyncClient) -> TenantFixture:
     """A tenant with an all-scopes key and the `order.created` schema registered."""
     found = await new_tenant(client)
     response = await client.post(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -9,6 +10,8 @@ import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from events_api.errors import StorageUnavailable
+
+log = logging.getLogger("events_api.storage")
 
 # Errors that mean "the database is not reachable or not answering", never "your data is wrong".
 _UNAVAILABLE = (
@@ -25,22 +28,31 @@ def storage_errors() -> Iterator[None]:
     try:
         yield
     except _UNAVAILABLE as exc:
+        log.warning("storage unavailable: %s", _reason(exc))
         raise StorageUnavailable("the event store is unreachable; nothing was stored") from exc
     except sqlalchemy.exc.DBAPIError as exc:
         if exc.connection_invalidated:
+            log.warning("storage connection lost: %s", _reason(exc))
             raise StorageUnavailable("the connection to the event store was lost") from exc
         raise
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's first line, without the statement or its parameters (they may hold payloads)."""
+    cause = getattr(exc, "orig", None) or exc
+    return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
 
 
 class Database:
     """Owns the async engine. `transaction()` for multi-statement work, `autocommit()` for the
     single-statement hot path (the statement's own implicit transaction is committed when it returns)."""
 
-    def __init__(self, url: str, *, pool_size: int = 20, application_name: str = "events-api") -> None:
+    def __init__(self, url: str, *, pool_size: int = 10, application_name: str = "events-api") -> None:
+        # Per process: `serve --workers N` opens up to N * pool_size connections.
         self.engine: AsyncEngine = create_async_engine(
             url,
             pool_size=pool_size,
-            max_overflow=pool_size,
+            max_overflow=0,
             pool_timeout=5,
             pool_recycle=1800,
             connect_args={"connect_timeout": 3, "application_name": application_name},

@@ -6,13 +6,13 @@ import hashlib
 import secrets
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
-from litestar.testing import AsyncTestClient
 
 from tests.conftest import ADMIN, TenantFixture, idem, new_key, new_tenant, order
 
-Client = AsyncTestClient[Any]
+Client = httpx.AsyncClient
 
 
 def _is_problem(response: Any, status: int) -> dict[str, Any]:

@@ -8,17 +8,18 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import msgspec
 import psycopg
 import pytest
-from litestar.testing import AsyncTestClient
 
 from events_api.http.app import build_services, create_app
 from events_api.lanes import lane_for
 from events_api.settings import Settings
 from tests.conftest import ORDER_SCHEMA, TenantFixture, idem, new_tenant, order
+from tests.support.asgi import running
 
-Client = AsyncTestClient[Any]
+Client = httpx.AsyncClient
 
 
 def _outbox(sql: psycopg.Connection[Any], tenant: str, key: str) -> list[tuple[Any, ...]]:
@@ -305,8 +306,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 async def clocked(settings: Settings, clock: Clock) -> AsyncIterator[Client]:
-    app = create_app(services=build_services(settings, clock=clock))
-    async with AsyncTestClient(app) as test_client:
+    async with running(create_app(services=build_services(settings, clock=clock))) as test_client:
         yield test_client
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
-from litestar.testing import AsyncTestClient
 
 from tests.conftest import ORDER_SCHEMA, TenantFixture, idem, new_tenant
 
-Client = AsyncTestClient[Any]
+Client = httpx.AsyncClient
 
 
 async def test_register_and_read_versions(client: Client) -> None:

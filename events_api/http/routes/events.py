@@ -14,7 +14,7 @@ from events_api.errors import BadRequest
 from events_api.http.routes import AUTHED, problems
 from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
 from events_api.idempotency import parse_idempotency_key
-from events_api.ingest import Outcome, Submitted, decode_batch, decode_event, valid_traceparent
+from events_api.ingest import BodyFormat, Operation, Outcome, Submitted, decode_batch, decode_event, valid_traceparent
 from events_api.models import BatchAccepted, BatchIn, EventAccepted, EventIn, EventStatus, EventStatusList
 
 IdempotencyKeyHeader = Annotated[
@@ -36,12 +36,15 @@ REPLAY_HEADER = ResponseHeader(
     description="`true` when this is a stored response replayed",
 )
 PUBLISH_ERRORS = problems(*AUTHED, 400, 409, 413, 415, 422)
-_SINGLE_TYPES = {"application/json": "native", "application/cloudevents+json": "cloudevents"}
-_BATCH_TYPES = {"application/json": "native", "application/cloudevents-batch+json": "cloudevents-batch"}
+_SINGLE_TYPES: dict[str, BodyFormat] = {"application/json": "native", "application/cloudevents+json": "cloudevents"}
+_BATCH_TYPES: dict[str, BodyFormat] = {
+    "application/json": "native",
+    "application/cloudevents-batch+json": "cloudevents-batch",
+}
 
 
 async def _publish(
-    request: AnyRequest, key_header: str | None, traceparent: str | None, operation: str
+    request: AnyRequest, key_header: str | None, traceparent: str | None, operation: Operation
 ) -> Response[bytes]:
     caller = await authorize_tenant(request, Scope.EVENTS_PUBLISH)
     key = parse_idempotency_key(key_header)
@@ -50,15 +53,15 @@ async def _publish(
     kind, body = await read_body(request, tuple(accepted))
     events: list[Submitted]
     if operation == "event":
-        events = [decode_event(body, accepted[kind])]  # type: ignore[arg-type]
+        events = [decode_event(body, accepted[kind])]
     else:
-        events = decode_batch(body, accepted[kind], svc.settings.max_batch_events)  # type: ignore[arg-type]
+        events = decode_batch(body, accepted[kind], svc.settings.max_batch_events)
     outcome = await svc.ingest.publish(
         caller.tenant_id,
         key,
         operation,
         events,
-        traceparent=valid_traceparent(traceparent),  # type: ignore[arg-type]
+        traceparent=valid_traceparent(traceparent),
     )
     return _render(outcome)
 
