@@ -32,4 +32,4 @@ def problems(*statuses: int) -> dict[int, ResponseSpec]:
     }
 
 
-AUTHED = (401, 403, 503)
+AUTHED = (400, 401, 403, 503)

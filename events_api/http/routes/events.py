@@ -35,7 +35,7 @@ REPLAY_HEADER = ResponseHeader(
     documentation_only=True,
     description="`true` when this is a stored response replayed",
 )
-PUBLISH_ERRORS = problems(*AUTHED, 400, 409, 413, 415, 422)
+PUBLISH_ERRORS = problems(*AUTHED, 409, 413, 415, 422)
 _SINGLE_TYPES: dict[str, BodyFormat] = {"application/json": "native", "application/cloudevents+json": "cloudevents"}
 _BATCH_TYPES: dict[str, BodyFormat] = {
     "application/json": "native",
@@ -127,7 +127,7 @@ async def get_event(request: AnyRequest, event_id: FromPath[str]) -> EventStatus
     tags=["events"],
     summary="Find the event(s) stored under an Idempotency-Key",
     description='For a key used with `POST /v1/events` the event; for a batch key `{"events": [...]}`.',
-    responses=problems(*AUTHED, 400, 404),
+    responses=problems(*AUTHED, 404),
 )
 async def find_event(
     request: AnyRequest,

@@ -20,7 +20,7 @@ from events_api.models import SchemaIn, SchemaRegistered, SchemaVersionOut
     summary="Register a JSON Schema as the next version of an event type",
     description="201 with the new version; 200 with the existing version when an identical schema is registered.",
     status_code=201,
-    responses=problems(*AUTHED, 400, 409, 415, 422),
+    responses=problems(*AUTHED, 409, 415, 422),
     opt={"request_body": SchemaIn},
 )
 async def register_schema(request: AnyRequest, event_type: FromPath[str]) -> Response[SchemaRegistered]:

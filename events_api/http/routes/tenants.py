@@ -48,7 +48,7 @@ async def create_api_key(request: AnyRequest, tenant: FromPath[str]) -> ApiKeyCr
     tags=["admin"],
     summary="Revoke an API key; it is refused at once",
     status_code=204,
-    responses=problems(401, 403, 404, 503),
+    responses=problems(400, 401, 403, 404, 503),
 )
 async def revoke_api_key(request: AnyRequest, tenant: FromPath[str], key_id: FromPath[str]) -> None:
     await authorize_admin(request)
