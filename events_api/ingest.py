@@ -15,12 +15,14 @@ from typing import Any, Literal
 
 import msgspec
 
+from events_api.auth import TenantCaller
 from events_api.decoding import decode_body
 from events_api.errors import (
     FieldError,
     IdempotencyKeyInFlight,
     IdempotencyKeyReused,
     NotFound,
+    Unauthorized,
     ValidationFailed,
 )
 from events_api.idempotency import fingerprint
@@ -38,7 +40,8 @@ from events_api.models import (
 )
 from events_api.schemas import MAX_ERRORS, SchemaRegistry, violations
 from events_api.storage.database import Database
-from events_api.storage.events import Acceptance, EventRecord, EventStore, NewEvent
+from events_api.storage.events import Acceptance, Accepted, EventRecord, EventStore, NewEvent
+from events_api.tenants import Tenants
 
 Operation = Literal["event", "batch"]
 BodyFormat = Literal["native", "cloudevents", "cloudevents-batch"]
@@ -174,6 +177,7 @@ class Ingest:
         self,
         db: Database,
         registry: SchemaRegistry,
+        tenants: Tenants,
         *,
         idempotency_ttl: timedelta,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -181,6 +185,7 @@ class Ingest:
     ) -> None:
         self.db = db
         self.registry = registry
+        self.tenants = tenants
         self.idempotency_ttl = idempotency_ttl
         self.clock = clock
         self.random = random
@@ -224,20 +229,21 @@ class Ingest:
 
     async def publish(
         self,
-        tenant_id: str,
+        caller: TenantCaller,
         idempotency_key: str,
         operation: Operation,
         events: Sequence[Submitted],
         *,
         traceparent: str | None = None,
     ) -> Outcome:
+        tenant_id = caller.tenant_id
         request_fingerprint = fingerprint(operation, [e.normalised() for e in events])
         store = EventStore(self.db, tenant_id)
         try:
             versions = await self._validate(tenant_id, events)
         except ValidationFailed:
             # A replay of a request that was accepted before a schema changed still replays.
-            replay = await self._replay(store, idempotency_key, request_fingerprint)
+            replay = await self._replay(caller, store, idempotency_key, request_fingerprint)
             if replay is None:
                 raise
             return replay
@@ -247,11 +253,11 @@ class Ingest:
         new_events = [
             self._new_event(tenant_id, e, version, received_at) for e, version in zip(events, versions, strict=True)
         ]
-        accepted = [
+        receipts = [
             EventAccepted(e.event_id, "accepted", e.event_type, e.schema_version, timestamp(received_at))
             for e in new_events
         ]
-        body = _encoder.encode(accepted[0] if operation == "event" else BatchAccepted(accepted))
+        body = _encoder.encode(receipts[0] if operation == "event" else BatchAccepted(receipts))
         acceptance = Acceptance(
             idempotency_key=idempotency_key,
             operation=operation,
@@ -263,10 +269,13 @@ class Ingest:
             traceparent=traceparent,
         )
         for _ in range(2):
-            if await store.accept(acceptance, new_events):
+            accepted_as = await store.accept(caller.key_id, acceptance, new_events)
+            if accepted_as is Accepted.STORED:
                 location = f"/v1/events/{new_events[0].event_id}" if operation == "event" else None
                 return Outcome(202, body, replayed=False, location=location)
-            replay = await self._replay(store, idempotency_key, request_fingerprint)
+            if accepted_as is Accepted.CALLER_NOT_LIVE:
+                raise Unauthorized("the API key is not valid, revoked or expired")
+            replay = await self._replay(caller, store, idempotency_key, request_fingerprint)
             if replay is not None:
                 return replay
             # The claim we collided with expired or was pruned between the two statements: try again.
@@ -287,7 +296,11 @@ class Ingest:
             occurred_at=event.occurred_at,
         )
 
-    async def _replay(self, store: EventStore, idempotency_key: str, request_fingerprint: bytes) -> Outcome | None:
+    async def _replay(
+        self, caller: TenantCaller, store: EventStore, idempotency_key: str, request_fingerprint: bytes
+    ) -> Outcome | None:
+        # The caller's key may come from a cache: re-read it before showing any stored response.
+        await self.tenants.confirm(caller, self.clock())
         stored = await store.find_response(idempotency_key, self.clock())
         if stored is None:
             return None

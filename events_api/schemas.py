@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,8 @@ from events_api.storage.database import Database
 from events_api.storage.schemas import Registration, SchemaStore, StoredSchema
 
 MAX_ERRORS = 50
+LATEST_VERSION_SECONDS = 1.0
+LATEST_CACHE_SIZE = 100_000
 _EVENT_TYPE = re.compile(EVENT_TYPE_PATTERN)
 _canonical = msgspec.json.Encoder(order="sorted")
 
@@ -99,9 +102,14 @@ class _Lru:
 
 
 class SchemaRegistry:
-    def __init__(self, db: Database, cache_size: int = 10_000) -> None:
+    def __init__(self, db: Database, cache_size: int = 10_000, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.db = db
+        self.monotonic = monotonic
         self._validators = _Lru(cache_size)
+        # (tenant, type) -> (latest version, when read). A version registered through another replica
+        # is seen within LATEST_VERSION_SECONDS; until then events validate against (and are labelled
+        # with) the previous latest version, which is consistent. Registering here invalidates at once.
+        self._latest: dict[tuple[str, str], tuple[int, float]] = {}
 
     def store(self, tenant_id: str) -> SchemaStore:
         return SchemaStore(self.db, tenant_id)
@@ -117,9 +125,11 @@ class SchemaRegistry:
     ) -> Registration:
         check_event_type(event_type)
         compile_schema(schema)
-        return await self.store(tenant_id).register(
+        registration = await self.store(tenant_id).register(
             event_type, schema, schema_fingerprint(schema), now=now, created_by=created_by
         )
+        self._latest.pop((tenant_id, event_type), None)
+        return registration
 
     async def get(self, tenant_id: str, event_type: str, version: int | None) -> StoredSchema:
         check_event_type(event_type)
@@ -134,8 +144,7 @@ class SchemaRegistry:
     ) -> dict[tuple[str, int | None], ResolvedSchema]:
         """Validators for (event type, version or None for latest); pairs that do not exist are absent."""
         store = self.store(tenant_id)
-        latest_needed = {t for t, v in wanted if v is None}
-        latest = await store.latest_versions(latest_needed) if latest_needed else {}
+        latest = await self._latest_versions(store, {t for t, v in wanted if v is None})
         exact = {(t, v if v is not None else latest.get(t)) for t, v in wanted}
         concrete = {(t, v) for t, v in exact if v is not None}
         missing = {pair for pair in concrete if self._validators.get((tenant_id, *pair)) is None}
@@ -149,3 +158,19 @@ class SchemaRegistry:
             if number is not None and validator is not None:
                 resolved[(event_type, version)] = ResolvedSchema(number, validator)
         return resolved
+
+    async def _latest_versions(self, store: SchemaStore, types: set[str]) -> dict[str, int]:
+        now = self.monotonic()
+        latest: dict[str, int] = {}
+        for event_type in types:
+            entry = self._latest.get((store.tenant_id, event_type))
+            if entry is not None and now - entry[1] <= LATEST_VERSION_SECONDS:
+                latest[event_type] = entry[0]
+        if missing := types - latest.keys():
+            fetched = await store.latest_versions(missing)
+            if len(self._latest) > LATEST_CACHE_SIZE:
+                self._latest.clear()
+            for event_type, version in fetched.items():
+                self._latest[(store.tenant_id, event_type)] = (version, now)
+            latest.update(fetched)
+        return latest

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from events_api.auth import (
@@ -20,19 +22,38 @@ from events_api.errors import Conflict, FieldError, NotFound, Unauthorized, Vali
 from events_api.ids import RandomBytes
 from events_api.models import TENANT_ID_PATTERN, ApiKeyCreated, ApiKeyIn, Tenant
 from events_api.storage.database import Database
-from events_api.storage.platform import PlatformStore
+from events_api.storage.platform import PlatformStore, StoredKey
 
 _TENANT_ID = re.compile(TENANT_ID_PATTERN)
+KEY_CACHE_SECONDS = 60.0
+KEY_CACHE_SIZE = 10_000
+
+
+def _live(stored: StoredKey, now: datetime) -> bool:
+    return stored.revoked_at is None and (stored.expires_at is None or stored.expires_at > now)
 
 
 class Tenants:
-    def __init__(self, db: Database, admin_token: str | None, random: RandomBytes = os.urandom) -> None:
+    def __init__(
+        self,
+        db: Database,
+        admin_token: str | None,
+        random: RandomBytes = os.urandom,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = PlatformStore(db)
         self.admin_token = admin_token
         self.random = random
+        self.monotonic = monotonic
+        # key id -> (row, when it was read). Only used where the statement that follows re-checks that
+        # the key is live (the publish path), so a cached row can never outlive a revocation.
+        self._keys: OrderedDict[str, tuple[StoredKey, float]] = OrderedDict()
 
-    async def authenticate(self, token: str | None, now: datetime) -> Caller:
-        """The caller behind a bearer token. Every failure looks the same to the client."""
+    async def authenticate(self, token: str | None, now: datetime, *, cached: bool = False) -> Caller:
+        """The caller behind a bearer token. Every failure looks the same to the client.
+
+        `cached=True` may use a key row read up to KEY_CACHE_SECONDS ago: only for callers whose next
+        statement checks liveness itself (EventStore.accept)."""
         if token is None:
             raise Unauthorized("send `Authorization: Bearer <API key or admin token>`")
         parsed = parse_token(token)
@@ -41,15 +62,34 @@ class Tenants:
                 return PlatformAdmin()
             raise Unauthorized("the bearer token is not valid")
         key_id, secret = parsed
-        stored = await self.store.load_api_key(key_id)
-        if (
-            stored is None
-            or not secret_matches(secret, stored.secret_hash)
-            or stored.revoked_at is not None
-            or (stored.expires_at is not None and stored.expires_at <= now)
-        ):
+        stored = self._cached_key(key_id) if cached else None
+        if stored is None:
+            stored = await self.store.load_api_key(key_id)
+            if stored is not None:
+                self._remember(stored)
+        if stored is None or not secret_matches(secret, stored.secret_hash) or not _live(stored, now):
             raise Unauthorized("the API key is not valid, revoked or expired")
         return TenantCaller(stored.tenant_id, key_id, stored.scopes)
+
+    async def confirm(self, caller: TenantCaller, now: datetime) -> None:
+        """Re-read the caller's key: Unauthorized if it was revoked or expired since it was cached."""
+        stored = await self.store.load_api_key(caller.key_id)
+        if stored is None or not _live(stored, now):
+            self._keys.pop(caller.key_id, None)
+            raise Unauthorized("the API key is not valid, revoked or expired")
+
+    def _cached_key(self, key_id: str) -> StoredKey | None:
+        entry = self._keys.get(key_id)
+        if entry is None or self.monotonic() - entry[1] > KEY_CACHE_SECONDS:
+            return None
+        self._keys.move_to_end(key_id)
+        return entry[0]
+
+    def _remember(self, stored: StoredKey) -> None:
+        self._keys[stored.key_id] = (stored, self.monotonic())
+        self._keys.move_to_end(stored.key_id)
+        if len(self._keys) > KEY_CACHE_SIZE:
+            self._keys.popitem(last=False)
 
     async def create(self, tenant_id: str, now: datetime) -> Tenant:
         if not _TENANT_ID.fullmatch(tenant_id):
@@ -83,6 +123,7 @@ class Tenants:
         )
 
     async def revoke_key(self, tenant_id: str, key_id: str, now: datetime) -> None:
+        self._keys.pop(key_id, None)
         if not await self.store.revoke_api_key(tenant_id, key_id, now):
             raise NotFound(f"tenant {tenant_id!r} has no API key {key_id[:80]!r}")
 

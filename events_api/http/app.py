@@ -53,12 +53,13 @@ def build_services(
     now = clock or (lambda: datetime.now(UTC))
     db = Database(settings.sqlalchemy_url, pool_size=settings.db_pool_size)
     registry = SchemaRegistry(db)
+    tenants = Tenants(db, settings.admin_token, random)
     return Services(
         settings=settings,
         db=db,
-        tenants=Tenants(db, settings.admin_token, random),
+        tenants=tenants,
         registry=registry,
-        ingest=Ingest(db, registry, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
+        ingest=Ingest(db, registry, tenants, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
         clock=now,
     )
 

@@ -42,10 +42,12 @@ async def authorize_admin(request: AnyRequest) -> None:
         raise Forbidden("this endpoint needs the platform admin token")
 
 
-async def authorize_tenant(request: AnyRequest, *any_of: Scope) -> TenantCaller:
-    """The calling tenant key, which must hold one of `any_of` (any valid key when empty)."""
+async def authorize_tenant(request: AnyRequest, *any_of: Scope, cached: bool = False) -> TenantCaller:
+    """The calling tenant key, which must hold one of `any_of` (any valid key when empty).
+    `cached` only where the domain call re-checks the key (see Tenants.authenticate)."""
     svc = services(request)
-    caller = await svc.tenants.authenticate(bearer_token(request.headers.get("authorization")), svc.clock())
+    token = bearer_token(request.headers.get("authorization"))
+    caller = await svc.tenants.authenticate(token, svc.clock(), cached=cached)
     if not isinstance(caller, TenantCaller):
         raise Forbidden("this endpoint needs a tenant API key")
     if not caller.has_any(any_of):

@@ -8,6 +8,7 @@ mid-commit, the client's retry with the same key finds out which).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,31 +73,48 @@ class EventRecord:
     last_error: str | None
 
 
-# accept_events: claim (tenant, key) unless a live claim exists, and append the events if claimed
+# accept_events: if the caller's key is live, claim (tenant, key) unless a live claim exists, and append
+# the events if claimed. Checking the key here makes a revocation binding on the very next statement,
+# on every replica, whatever the API processes have cached.
 _ACCEPT = text("""
-WITH claimed AS (
+WITH caller AS (
+    SELECT FROM api_keys
+    WHERE id = :api_key_id AND tenant_id = :tenant_id AND revoked_at IS NULL
+      AND (expires_at IS NULL OR expires_at > :now)
+), claimed AS (
     INSERT INTO idempotency_keys AS k
         (tenant_id, key, operation, fingerprint, event_ids, response_status, response_body, created_at, expires_at)
-    VALUES (:tenant_id, :key, :operation, :fingerprint, CAST(:event_ids AS text[]), :status, :body, :now, :expires_at)
+    SELECT :tenant_id, :key, :operation, :fingerprint, CAST(:event_ids AS text[]), :status, :body, :now, :expires_at
+    WHERE EXISTS (SELECT FROM caller)
     ON CONFLICT (tenant_id, key) DO UPDATE
         SET operation = excluded.operation, fingerprint = excluded.fingerprint, event_ids = excluded.event_ids,
             response_status = excluded.response_status, response_body = excluded.response_body,
             created_at = excluded.created_at, expires_at = excluded.expires_at
         WHERE k.expires_at <= excluded.created_at
     RETURNING 1
+), stored AS (
+    INSERT INTO outbox (received_at, event_id, tenant_id, event_type, schema_version, partition_key, lane,
+                        idempotency_key, payload, headers, traceparent, occurred_at, next_attempt_at)
+    SELECT :now, e.event_id, :tenant_id, e.event_type, e.schema_version, e.partition_key, e.lane,
+           :key, e.payload, CAST(e.headers AS jsonb), :traceparent, e.occurred_at, :now
+    FROM unnest(CAST(:event_ids AS text[]), CAST(:event_types AS text[]), CAST(:schema_versions AS int[]),
+                CAST(:partition_keys AS text[]), CAST(:lanes AS smallint[]), CAST(:payloads AS bytea[]),
+                CAST(:headers AS text[]), CAST(:occurred_ats AS timestamptz[]))
+         WITH ORDINALITY AS e(event_id, event_type, schema_version, partition_key, lane, payload, headers,
+                              occurred_at, ord)
+    WHERE EXISTS (SELECT FROM claimed)
+    ORDER BY e.ord
+    RETURNING 1
 )
-INSERT INTO outbox (received_at, event_id, tenant_id, event_type, schema_version, partition_key, lane,
-                    idempotency_key, payload, headers, traceparent, occurred_at, next_attempt_at)
-SELECT :now, e.event_id, :tenant_id, e.event_type, e.schema_version, e.partition_key, e.lane,
-       :key, e.payload, CAST(e.headers AS jsonb), :traceparent, e.occurred_at, :now
-FROM unnest(CAST(:event_ids AS text[]), CAST(:event_types AS text[]), CAST(:schema_versions AS int[]),
-            CAST(:partition_keys AS text[]), CAST(:lanes AS smallint[]), CAST(:payloads AS bytea[]),
-            CAST(:headers AS text[]), CAST(:occurred_ats AS timestamptz[]))
-     WITH ORDINALITY AS e(event_id, event_type, schema_version, partition_key, lane, payload, headers,
-                          occurred_at, ord)
-WHERE EXISTS (SELECT FROM claimed)
-ORDER BY e.ord
+SELECT EXISTS (SELECT FROM caller) AS caller_live, (SELECT count(*) FROM stored) AS stored
 """)
+
+
+class Accepted(enum.Enum):
+    STORED = "stored"
+    KEY_TAKEN = "key-taken"
+    CALLER_NOT_LIVE = "caller-not-live"
+
 
 _EVENT_COLUMNS = (
     outbox.c.event_id,
@@ -124,9 +142,10 @@ class EventStore:
         self.db = db
         self.tenant_id = tenant_id
 
-    async def accept(self, acceptance: Acceptance, events: Sequence[NewEvent]) -> bool:
-        """Store the events under the key atomically. False when the key is already claimed (nothing stored)."""
+    async def accept(self, api_key_id: str, acceptance: Acceptance, events: Sequence[NewEvent]) -> Accepted:
+        """Store the events under the idempotency key atomically, or nothing (and say why)."""
         params = {
+            "api_key_id": api_key_id,
             "tenant_id": self.tenant_id,
             "key": acceptance.idempotency_key,
             "operation": acceptance.operation,
@@ -155,7 +174,10 @@ class EventStore:
                 async with self.db.transaction() as ddl:
                     await ensure_partitions(ddl, [acceptance.received_at.astimezone(UTC).date()])
                 result = await conn.execute(_ACCEPT, params)
-            return result.rowcount == len(events)
+            caller_live, stored = result.one()
+        if not caller_live:
+            return Accepted.CALLER_NOT_LIVE
+        return Accepted.STORED if stored == len(events) else Accepted.KEY_TAKEN
 
     async def find_response(self, idempotency_key: str, now: datetime) -> StoredResponse | None:
         """find_idempotent_response: the live (unexpired) stored response for a key."""

@@ -161,3 +161,32 @@ async def test_tenants_are_isolated(client: Client, tenant: TenantFixture) -> No
     assert own.status_code == 202
     assert own.json()["event_id"] != event_id
     assert "Idempotent-Replayed" not in own.headers
+
+
+async def test_revocation_binds_at_once_on_another_replica(settings: Any) -> None:
+    """Replica A has the key cached from a publish; the key is revoked through replica B. A refuses
+    the very next publish, replay and invalid request: the accept statement re-checks the key."""
+    from events_api.http.app import build_services, create_app
+    from tests.conftest import ORDER_SCHEMA
+    from tests.support.asgi import running
+
+    async with (
+        running(create_app(services=build_services(settings))) as replica_a,
+        running(create_app(services=build_services(settings))) as replica_b,
+    ):
+        tenant = await new_tenant(replica_b)
+        await replica_b.post("/v1/schemas/order.created/versions", json={"schema": ORDER_SCHEMA}, headers=tenant.auth)
+        key = secrets.token_hex(8)
+        first = await replica_a.post("/v1/events", json=order(1), headers={**tenant.auth, "Idempotency-Key": key})
+        assert first.status_code == 202
+
+        revoked = await replica_b.delete(f"/v1/tenants/{tenant.id}/api-keys/{tenant.key_id}", headers=ADMIN)
+        assert revoked.status_code == 204
+
+        for body, idempotency_key in [(order(2), secrets.token_hex(8)), (order(1), key), ({"event_type": "x"}, key)]:
+            response = await replica_a.post(
+                "/v1/events", json=body, headers={**tenant.auth, "Idempotency-Key": idempotency_key}
+            )
+            _is_problem(response, 401)
+        batch = await replica_a.post("/v1/events/batch", json={"events": [order(3)]}, headers={**tenant.auth, **idem()})
+        _is_problem(batch, 401)

@@ -10,7 +10,7 @@ from litestar.params import FromPath, HeaderParameter, QueryParameter
 from litestar.response import Response
 
 from events_api.auth import Scope
-from events_api.errors import BadRequest
+from events_api.errors import BadRequest, Problem
 from events_api.http.routes import AUTHED, problems
 from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
 from events_api.idempotency import parse_idempotency_key
@@ -46,23 +46,24 @@ _BATCH_TYPES: dict[str, BodyFormat] = {
 async def _publish(
     request: AnyRequest, key_header: str | None, traceparent: str | None, operation: Operation
 ) -> Response[bytes]:
-    caller = await authorize_tenant(request, Scope.EVENTS_PUBLISH)
-    key = parse_idempotency_key(key_header)
     svc = services(request)
-    accepted = _SINGLE_TYPES if operation == "event" else _BATCH_TYPES
-    kind, body = await read_body(request, tuple(accepted))
-    events: list[Submitted]
-    if operation == "event":
-        events = [decode_event(body, accepted[kind])]
-    else:
-        events = decode_batch(body, accepted[kind], svc.settings.max_batch_events)
-    outcome = await svc.ingest.publish(
-        caller.tenant_id,
-        key,
-        operation,
-        events,
-        traceparent=valid_traceparent(traceparent),
-    )
+    # Cached: a key revoked since it was cached never stores anything (the accept statement checks it),
+    # and every other answer re-reads the key first, below and in Ingest's replay.
+    caller = await authorize_tenant(request, Scope.EVENTS_PUBLISH, cached=True)
+    try:
+        key = parse_idempotency_key(key_header)
+        accepted = _SINGLE_TYPES if operation == "event" else _BATCH_TYPES
+        kind, body = await read_body(request, tuple(accepted))
+        events: list[Submitted]
+        if operation == "event":
+            events = [decode_event(body, accepted[kind])]
+        else:
+            events = decode_batch(body, accepted[kind], svc.settings.max_batch_events)
+        outcome = await svc.ingest.publish(caller, key, operation, events, traceparent=valid_traceparent(traceparent))
+    except Problem as problem:
+        if 400 <= problem.status < 500 and problem.status != 401:
+            await svc.tenants.confirm(caller, svc.clock())
+        raise
     return _render(outcome)
 
 
