@@ -50,6 +50,12 @@ def _openapi(_: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _dev(args: argparse.Namespace, settings: Settings) -> int:
+    from events_api.dev import run_dev
+
+    return run_dev(args.data_dir, args.port, settings)
+
+
 def _not_yet(name: str, issue: int) -> object:
     def run(_: argparse.Namespace, __: Settings) -> int:
         print(f"events-api {name}: not available in this build yet (issue {issue})", file=sys.stderr)
@@ -74,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
     dev = commands.add_parser("dev", help="everything on one machine with embedded services")
     dev.add_argument("--data-dir")
     dev.add_argument("--port", type=int, default=8000)
-    dev.set_defaults(run=_not_yet("dev", 8))
+    dev.set_defaults(run=_dev)
     return root
 
 

@@ -20,9 +20,10 @@ EventType = Annotated[
     Meta(pattern=EVENT_TYPE_PATTERN, max_length=MAX_EVENT_TYPE_LENGTH, description="e.g. `order.created`."),
 ]
 AwareDatetime = Annotated[datetime, Meta(tz=True, description="RFC 3339 timestamp with a time zone.")]
-PartitionKey = Annotated[str, Meta(min_length=1, max_length=MAX_PARTITION_KEY_LENGTH)]
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and jsonb cannot hold U+0000
+PartitionKey = Annotated[str, Meta(min_length=1, max_length=MAX_PARTITION_KEY_LENGTH, pattern=NO_NUL)]
 HeaderName = Annotated[str, Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")]
-HeaderValue = Annotated[str, Meta(max_length=8192)]
+HeaderValue = Annotated[str, Meta(max_length=8192, pattern=NO_NUL)]
 UserHeaders = Annotated[dict[HeaderName, HeaderValue], Meta(max_length=MAX_HEADERS)]
 SchemaVersion = Annotated[int, Meta(ge=1, le=2_147_483_647)]
 Scopes = Literal["events:publish", "events:read", "schemas:write", "dead-letters:manage"]

@@ -91,5 +91,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         },
         openapi_config=openapi_config(),
         request_max_body_size=svc.settings.max_body_bytes,
+        logging_config=None,  # events_api.logs owns logging
         debug=False,
     )

@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 
 import msgspec
 import psycopg.errors
-from sqlalchemy import and_, select, text, tuple_
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import and_, select, tuple_
 
 from events_api.storage.database import Database
 from events_api.storage.partitions import ensure_partitions
@@ -76,15 +75,16 @@ class EventRecord:
 # accept_events: if the caller's key is live, claim (tenant, key) unless a live claim exists, and append
 # the events if claimed. Checking the key here makes a revocation binding on the very next statement,
 # on every replica, whatever the API processes have cached.
-_ACCEPT = text("""
+_ACCEPT = """
 WITH caller AS (
     SELECT FROM api_keys
-    WHERE id = :api_key_id AND tenant_id = :tenant_id AND revoked_at IS NULL
-      AND (expires_at IS NULL OR expires_at > :now)
+    WHERE id = %(api_key_id)s AND tenant_id = %(tenant_id)s AND revoked_at IS NULL
+      AND (expires_at IS NULL OR expires_at > %(now)s)
 ), claimed AS (
     INSERT INTO idempotency_keys AS k
         (tenant_id, key, operation, fingerprint, event_ids, response_status, response_body, created_at, expires_at)
-    SELECT :tenant_id, :key, :operation, :fingerprint, CAST(:event_ids AS text[]), :status, :body, :now, :expires_at
+    SELECT %(tenant_id)s, %(key)s, %(operation)s, %(fingerprint)s, CAST(%(event_ids)s AS text[]),
+           %(status)s, %(body)s, %(now)s, %(expires_at)s
     WHERE EXISTS (SELECT FROM caller)
     ON CONFLICT (tenant_id, key) DO UPDATE
         SET operation = excluded.operation, fingerprint = excluded.fingerprint, event_ids = excluded.event_ids,
@@ -95,11 +95,11 @@ WITH caller AS (
 ), stored AS (
     INSERT INTO outbox (received_at, event_id, tenant_id, event_type, schema_version, partition_key, lane,
                         idempotency_key, payload, headers, traceparent, occurred_at, next_attempt_at)
-    SELECT :now, e.event_id, :tenant_id, e.event_type, e.schema_version, e.partition_key, e.lane,
-           :key, e.payload, CAST(e.headers AS jsonb), :traceparent, e.occurred_at, :now
-    FROM unnest(CAST(:event_ids AS text[]), CAST(:event_types AS text[]), CAST(:schema_versions AS int[]),
-                CAST(:partition_keys AS text[]), CAST(:lanes AS smallint[]), CAST(:payloads AS bytea[]),
-                CAST(:headers AS text[]), CAST(:occurred_ats AS timestamptz[]))
+    SELECT %(now)s, e.event_id, %(tenant_id)s, e.event_type, e.schema_version, e.partition_key, e.lane,
+           %(key)s, e.payload, CAST(e.headers AS jsonb), %(traceparent)s, e.occurred_at, %(now)s
+    FROM unnest(CAST(%(event_ids)s AS text[]), CAST(%(event_types)s AS text[]), CAST(%(schema_versions)s AS int[]),
+                CAST(%(partition_keys)s AS text[]), CAST(%(lanes)s AS smallint[]), CAST(%(payloads)s AS bytea[]),
+                CAST(%(headers)s AS text[]), CAST(%(occurred_ats)s AS timestamptz[]))
          WITH ORDINALITY AS e(event_id, event_type, schema_version, partition_key, lane, payload, headers,
                               occurred_at, ord)
     WHERE EXISTS (SELECT FROM claimed)
@@ -107,7 +107,7 @@ WITH caller AS (
     RETURNING 1
 )
 SELECT EXISTS (SELECT FROM caller) AS caller_live, (SELECT count(*) FROM stored) AS stored
-""")
+"""
 
 
 class Accepted(enum.Enum):
@@ -129,10 +129,6 @@ _EVENT_COLUMNS = (
     outbox.c.kafka_offset,
     outbox.c.last_error,
 )
-
-
-def _is_missing_partition(exc: IntegrityError) -> bool:
-    return isinstance(exc.orig, psycopg.errors.CheckViolation) and "no partition" in str(exc.orig)
 
 
 class EventStore:
@@ -164,17 +160,18 @@ class EventStore:
             "headers": [None if e.headers is None else msgspec.json.encode(e.headers).decode() for e in events],
             "occurred_ats": [e.occurred_at for e in events],
         }
-        async with self.db.autocommit() as conn:
+        async with self.db.autocommit_driver() as conn:
             try:
-                result = await conn.execute(_ACCEPT, params)
-            except IntegrityError as exc:
-                if not _is_missing_partition(exc):
+                row = await (await conn.execute(_ACCEPT, params)).fetchone()
+            except psycopg.errors.CheckViolation as exc:
+                if "no partition" not in str(exc):
                     raise
                 # Partitions are made days ahead; this is the backstop if that ever fell behind.
                 async with self.db.transaction() as ddl:
                     await ensure_partitions(ddl, [acceptance.received_at.astimezone(UTC).date()])
-                result = await conn.execute(_ACCEPT, params)
-            caller_live, stored = result.one()
+                row = await (await conn.execute(_ACCEPT, params)).fetchone()
+        assert row is not None
+        caller_live, stored = row
         if not caller_live:
             return Accepted.CALLER_NOT_LIVE
         return Accepted.STORED if stored == len(events) else Accepted.KEY_TAKEN

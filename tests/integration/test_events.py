@@ -342,3 +342,22 @@ async def test_events_land_in_a_partition_created_on_demand(clocked: Client, clo
     assert len(_outbox(sql, tenant.id, key)) == 1
     status = await clocked.get(response.headers["Location"], headers=tenant.auth)
     assert status.status_code == 200
+
+
+async def test_nul_characters_are_422_not_500(client: Client, tenant: TenantFixture) -> None:
+    for body, pointer in [
+        (order(1, partition_key="a\u0000b"), "/partition_key"),
+        (order(1, headers={"h": "v\u0000"}), "/headers/h"),
+    ]:
+        response = await client.post("/v1/events", json=body, headers={**tenant.auth, **idem()})
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"][0]["pointer"].startswith(pointer.rsplit("/", 1)[0])
+    schema = {"type": "object", "description": "nul \u0000 inside"}
+    registered = await client.post("/v1/schemas/nul.test/versions", json={"schema": schema}, headers=tenant.auth)
+    assert registered.status_code == 422, registered.text
+    # The payload is stored as bytes: a NUL inside it is fine.
+    await client.post("/v1/schemas/nul.ok/versions", json={"schema": {"type": "object"}}, headers=tenant.auth)
+    ok = await client.post(
+        "/v1/events", json={"event_type": "nul.ok", "payload": {"s": "a\u0000b"}}, headers={**tenant.auth, **idem()}
+    )
+    assert ok.status_code == 202

