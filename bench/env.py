@@ -75,7 +75,7 @@ class BenchDatabase:
 
 def migrate(database_url: str, log: Path) -> None:
     env = {**os.environ, "EVENTS_API_DATABASE_URL": database_url}
-    with log.open("ab") as out:
+    with log.open("wb") as out:
         done = subprocess.run(
             [str(VENV_BIN / "events-api"), "migrate"], env=env, cwd=ROOT, stdout=out, stderr=out, check=False
         )
@@ -141,7 +141,9 @@ class Server:
             with contextlib.suppress(OSError, http.client.HTTPException):
                 status, _ = request(self.host, self.port, "GET", ready_path, timeout=1.0)
                 if status == 200:
-                    return
+                    time.sleep(1.0)  # with several workers one may be ready while another fails
+                    if self.process.poll() is None:
+                        return
             time.sleep(0.2)
         raise BenchError(f"{self.name} was not ready after {timeout:.0f}s; see {self.log}")
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import math
 import resource
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 RequestFactory = Callable[[int], bytes]
 
@@ -75,9 +76,9 @@ class LoadResult:
         return self.latencies_s[rank - 1] * 1000
 
     def error_summary(self) -> str:
-        parts = [f"{status}×{count}" for status, count in sorted(self.statuses.items()) if status != 0]
+        parts = [f"{status}x{count}" for status, count in sorted(self.statuses.items()) if status != 0]
         if self.transport_errors:
-            parts.append(f"conn×{self.transport_errors}")
+            parts.append(f"connx{self.transport_errors}")
         return ", ".join(parts)
 
 
@@ -143,8 +144,7 @@ class _Connection(asyncio.Protocol):
         self.in_flight = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports don't subclass it
         self._send()
 
     def _send(self) -> None:
@@ -188,7 +188,7 @@ async def _connection_loop(run: _Run) -> None:
     while not run.stopping:
         closed: asyncio.Future[bool] = loop.create_future()
         try:
-            await loop.create_connection(lambda: _Connection(run, closed), run.spec.host, run.spec.port)
+            await loop.create_connection(functools.partial(_Connection, run, closed), run.spec.host, run.spec.port)
         except OSError:
             run.record_transport_error()
             await asyncio.sleep(0.1)

@@ -13,6 +13,9 @@ from pathlib import Path
 from bench.env import ROOT
 from bench.loadgen import LoadResult
 
+COUNTS = frozenset({"pg xact/s", "processes started", "processes exited"})  # not percentages
+DISTURBED_PCT = 25.0  # CPU used by processes outside the bench (% of one core) that makes a row suspect
+
 
 @dataclass(slots=True)
 class Row:
@@ -43,6 +46,18 @@ class Row:
         )
         if result.errors:
             row.notes.append(f"errors: {result.error_summary()}")
+        if result.requests_per_s and "pg xact/s" in result.cpu:
+            row.notes.append(f"≈{result.cpu['pg xact/s'] / result.requests_per_s:.1f} PG transactions/request")
+        other = result.cpu.get("other", 0.0)
+        if other > DISTURBED_PCT:
+            culprits = [f"{result.cpu.get('processes exited', 0):.0f} processes exited in the window"]
+            culprits += [
+                f"{name.removeprefix('other: ')} {pct:.0f}%"
+                for name, pct in result.cpu.items()
+                if name.startswith("other: ")
+            ]
+            also = f" ({', '.join(culprits)})"
+            row.notes.append(f"DISTURBED: other processes used {other:.0f}% of a core during the run{also}")
         return row
 
 
@@ -62,7 +77,7 @@ class Machine:
         pg = ", ".join(f"{k}={v}" for k, v in self.postgres_settings.items())
         return [
             f"- Date: {self.date}",
-            f"- CPUs: {self.cpus} × {self.cpu_model}; memory {self.memory_gb:.0f} GB",
+            f"- CPUs: {self.cpus} x {self.cpu_model}; memory {self.memory_gb:.0f} GB",
             f"- PostgreSQL {self.postgres} ({pg})",
             f"- Python {self.python}; {platform.system()} {platform.release()}",
             f"- Commit: {self.commit}; mode: {self.mode}",
@@ -121,14 +136,14 @@ def machine(pg_settings: dict[str, str], mode: str) -> Machine:
 
 def _num(value: float | None, digits: int = 1) -> str:
     if value is None:
-        return "–"
+        return "-"
     return f"{value:,.{digits}f}"
 
 
 def _cpu_line(row: Row) -> str:
-    order = ["api", "postgres", "machine busy", "iowait"]
+    order = ["api", "postgres", "load-gen", "other", "machine busy", "iowait"]
     names = [n for n in order if n in row.cpu] + [n for n in row.cpu if n not in order]
-    parts = [f"{name} {row.cpu[name]:.0f}%" for name in names]
+    parts = [f"{name} {row.cpu[name]:,.0f}" if name in COUNTS else f"{name} {row.cpu[name]:.0f}%" for name in names]
     return f"- {row.scenario} / {row.target}: " + ", ".join(parts)
 
 
@@ -139,8 +154,8 @@ def render(
     out.append("| scenario | target | events/s | p50 ms | p99 ms | p99.9 ms | errors | load-gen CPU | notes |")
     out.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
-        errors = "–" if row.errors is None else str(row.errors)
-        cpu = "–" if row.loadgen_cpu_pct is None else f"{row.loadgen_cpu_pct:.0f}%"
+        errors = "-" if row.errors is None else str(row.errors)
+        cpu = "-" if row.loadgen_cpu_pct is None else f"{row.loadgen_cpu_pct:.0f}%"
         notes = "; ".join(row.notes).replace("|", "\\|")
         out.append(
             f"| {row.scenario} | {row.target} | {_num(row.events_per_s, 0)} | {_num(row.p50_ms)} | "
@@ -153,7 +168,9 @@ def render(
         out += [
             "",
             f"CPU in the measured window, % of one core ({cores} cores = {100 * cores}%; "
-            "api = the server and its workers, postgres = all postgres processes, load-gen in the table):",
+            "api = the server and its workers, postgres = PostgreSQL's processes less other databases' backends, "
+            "load-gen = the bench process, other = the rest of the busy time; pg xact/s = transactions "
+            "committed in the bench database):",
             *[_cpu_line(row) for row in cpu_rows],
         ]
     if server_notes:
