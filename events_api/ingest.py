@@ -41,6 +41,7 @@ from events_api.models import (
 from events_api.schemas import MAX_ERRORS, SchemaRegistry, violations
 from events_api.storage.database import Database
 from events_api.storage.events import Acceptance, Accepted, EventRecord, EventStore, NewEvent
+from events_api.storage.outbox_writer import OutboxWriter
 from events_api.tenants import Tenants
 
 Operation = Literal["event", "batch"]
@@ -186,6 +187,7 @@ class Ingest:
         self.db = db
         self.registry = registry
         self.tenants = tenants
+        self.writer = OutboxWriter(db)
         self.idempotency_ttl = idempotency_ttl
         self.clock = clock
         self.random = random
@@ -269,7 +271,7 @@ class Ingest:
             traceparent=traceparent,
         )
         for _ in range(2):
-            accepted_as = await store.accept(caller.key_id, acceptance, new_events)
+            accepted_as = await self.writer.accept(tenant_id, caller.key_id, acceptance, new_events)
             if accepted_as is Accepted.STORED:
                 location = f"/v1/events/{new_events[0].event_id}" if operation == "event" else None
                 return Outcome(202, body, replayed=False, location=location)
@@ -295,6 +297,9 @@ class Ingest:
             headers=event.headers,
             occurred_at=event.occurred_at,
         )
+
+    async def close(self) -> None:
+        await self.writer.close()
 
     async def _replay(
         self, caller: TenantCaller, store: EventStore, idempotency_key: str, request_fingerprint: bytes

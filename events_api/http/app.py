@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         route_handlers=[*ROUTES, serve_openapi],
         state=State({"services": svc}),
         on_startup=[prepare_partitions],
-        on_shutdown=[svc.db.dispose],
+        on_shutdown=[svc.ingest.close, svc.db.dispose],
         exception_handlers={
             Problem: problem_handler,
             HTTPException: http_exception_handler,

@@ -46,6 +46,10 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
                 operation = document["paths"].get(route.path_format, {}).get(method.lower())
                 if operation is None:
                     continue
+                for response in operation.get("responses", {}).values():
+                    # Litestar collects response headers in a set: sort them so the document is stable.
+                    if "headers" in response:
+                        response["headers"] = dict(sorted(response["headers"].items()))
                 if body := handler.opt.get("request_body"):
                     extra.append((operation, "request", body))
                 if body := handler.opt.get("response_body"):

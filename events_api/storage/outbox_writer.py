@@ -1,0 +1,228 @@
+"""Group commit for the outbox: concurrent accepts share one statement and one commit.
+
+Requests queue their acceptance; a few flusher tasks each take everything queued and write it with
+one statement, then resolve every request from that statement's result. There is no timer: under
+light load a request is written alone at once; under load, requests gather while the flushers are
+busy, so the cost of a statement and a commit is shared. A request is answered only after the
+commit that holds it.
+
+Each request in a group is still all or nothing and still checks its own API key and idempotency
+key. One request's bad data must not fail its neighbours: when a group fails for any reason other
+than the database being unavailable, its requests are written again one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any
+
+import msgspec
+import psycopg
+
+from events_api.errors import Problem, StorageUnavailable
+from events_api.storage.database import Database
+from events_api.storage.events import Acceptance, Accepted, NewEvent
+from events_api.storage.partitions import ensure_partitions
+
+log = logging.getLogger("events_api.storage")
+
+FLUSHERS = 4
+MAX_GROUP_REQUESTS = 256
+MAX_GROUP_EVENTS = 5000
+
+# accept_event_groups: for each request of the group whose API key is live, claim (tenant, key) unless a
+# live claim exists, and append its events if claimed. One row per request says what happened to it.
+_ACCEPT_GROUP = """
+WITH req AS (
+    SELECT * FROM unnest(
+        CAST(%(r_ord)s AS int[]), CAST(%(r_tenant)s AS text[]), CAST(%(r_api_key)s AS text[]),
+        CAST(%(r_key)s AS text[]), CAST(%(r_operation)s AS text[]), CAST(%(r_fingerprint)s AS bytea[]),
+        CAST(%(r_event_ids)s AS text[]), CAST(%(r_status)s AS smallint[]), CAST(%(r_body)s AS bytea[]),
+        CAST(%(r_received_at)s AS timestamptz[]), CAST(%(r_expires_at)s AS timestamptz[]),
+        CAST(%(r_traceparent)s AS text[])
+    ) AS r(ord, tenant_id, api_key_id, key, operation, fingerprint, event_ids, status, body, received_at,
+           expires_at, traceparent)
+), live AS (
+    -- The key is checked here, not only when cached: a revocation binds on every replica at once.
+    SELECT r.* FROM req r JOIN api_keys k ON k.id = r.api_key_id AND k.tenant_id = r.tenant_id
+    WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > r.received_at)
+), claimed AS (
+    INSERT INTO idempotency_keys AS k
+        (tenant_id, key, operation, fingerprint, event_ids, response_status, response_body, created_at, expires_at)
+    SELECT tenant_id, key, operation, fingerprint, string_to_array(event_ids, ','), status, body, received_at,
+           expires_at
+    FROM live
+    ON CONFLICT (tenant_id, key) DO UPDATE
+        SET operation = excluded.operation, fingerprint = excluded.fingerprint, event_ids = excluded.event_ids,
+            response_status = excluded.response_status, response_body = excluded.response_body,
+            created_at = excluded.created_at, expires_at = excluded.expires_at
+        WHERE k.expires_at <= excluded.created_at
+    RETURNING k.tenant_id, k.key
+), stored AS (
+    INSERT INTO outbox (received_at, event_id, tenant_id, event_type, schema_version, partition_key, lane,
+                        idempotency_key, payload, headers, traceparent, occurred_at, next_attempt_at)
+    SELECT r.received_at, e.event_id, r.tenant_id, e.event_type, e.schema_version, e.partition_key, e.lane,
+           r.key, e.payload, CAST(e.headers AS jsonb), r.traceparent, e.occurred_at, r.received_at
+    FROM unnest(CAST(%(e_req)s AS int[]), CAST(%(e_event_id)s AS text[]), CAST(%(e_event_type)s AS text[]),
+                CAST(%(e_schema_version)s AS int[]), CAST(%(e_partition_key)s AS text[]),
+                CAST(%(e_lane)s AS smallint[]), CAST(%(e_payload)s AS bytea[]), CAST(%(e_headers)s AS text[]),
+                CAST(%(e_occurred_at)s AS timestamptz[]))
+         WITH ORDINALITY AS e(req, event_id, event_type, schema_version, partition_key, lane, payload, headers,
+                              occurred_at, ord)
+    JOIN req r ON r.ord = e.req
+    WHERE EXISTS (SELECT FROM claimed c WHERE c.tenant_id = r.tenant_id AND c.key = r.key)
+    ORDER BY e.ord
+)
+SELECT r.ord,
+       EXISTS (SELECT FROM live l WHERE l.ord = r.ord) AS caller_live,
+       EXISTS (SELECT FROM claimed c WHERE c.tenant_id = r.tenant_id AND c.key = r.key) AS claimed
+FROM req r
+"""
+
+
+@dataclass(eq=False)
+class _Pending:
+    tenant_id: str
+    api_key_id: str
+    acceptance: Acceptance
+    events: Sequence[NewEvent]
+    done: asyncio.Future[Accepted] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    @property
+    def claim(self) -> tuple[str, str]:
+        return self.tenant_id, self.acceptance.idempotency_key
+
+
+def _parameters(group: Sequence[_Pending]) -> dict[str, Any]:
+    events = [(i, e) for i, item in enumerate(group) for e in item.events]
+    return {
+        "r_ord": list(range(len(group))),
+        "r_tenant": [p.tenant_id for p in group],
+        "r_api_key": [p.api_key_id for p in group],
+        "r_key": [p.acceptance.idempotency_key for p in group],
+        "r_operation": [p.acceptance.operation for p in group],
+        "r_fingerprint": [p.acceptance.fingerprint for p in group],
+        "r_event_ids": [",".join(e.event_id for e in p.events) for p in group],
+        "r_status": [p.acceptance.response_status for p in group],
+        "r_body": [p.acceptance.response_body for p in group],
+        "r_received_at": [p.acceptance.received_at for p in group],
+        "r_expires_at": [p.acceptance.expires_at for p in group],
+        "r_traceparent": [p.acceptance.traceparent for p in group],
+        "e_req": [i for i, _ in events],
+        "e_event_id": [e.event_id for _, e in events],
+        "e_event_type": [e.event_type for _, e in events],
+        "e_schema_version": [e.schema_version for _, e in events],
+        "e_partition_key": [e.partition_key for _, e in events],
+        "e_lane": [e.lane for _, e in events],
+        "e_payload": [e.payload for _, e in events],
+        "e_headers": [None if e.headers is None else msgspec.json.encode(e.headers).decode() for _, e in events],
+        "e_occurred_at": [e.occurred_at for _, e in events],
+    }
+
+
+class OutboxWriter:
+    """One per process. `accept` returns once the request's events are committed (or not stored)."""
+
+    def __init__(self, db: Database, *, flushers: int = FLUSHERS) -> None:
+        self.db = db
+        self.flusher_count = flushers
+        self._queue: deque[_Pending] = deque()
+        self._wake = asyncio.Event()
+        self._flushers: list[asyncio.Task[None]] = []
+
+    async def accept(
+        self, tenant_id: str, api_key_id: str, acceptance: Acceptance, events: Sequence[NewEvent]
+    ) -> Accepted:
+        """Store the events under the idempotency key atomically, or nothing (and say why)."""
+        if not self._flushers:
+            self._flushers = [asyncio.create_task(self._flush_forever()) for _ in range(self.flusher_count)]
+        pending = _Pending(tenant_id, api_key_id, acceptance, events)
+        self._queue.append(pending)
+        self._wake.set()
+        # Shielded: a client that goes away does not cancel a write others share; its retry will replay.
+        return await asyncio.shield(pending.done)
+
+    async def close(self) -> None:
+        for task in self._flushers:
+            task.cancel()
+        await asyncio.gather(*self._flushers, return_exceptions=True)
+        self._flushers = []
+        while self._queue:
+            self._queue.popleft().done.set_exception(StorageUnavailable("the service is shutting down"))
+
+    def _take_group(self) -> list[_Pending]:
+        """The queued requests, oldest first, without two for one (tenant, key) and within the size limits."""
+        group: list[_Pending] = []
+        claims: set[tuple[str, str]] = set()
+        deferred: list[_Pending] = []
+        events = 0
+        while self._queue and len(group) < MAX_GROUP_REQUESTS:
+            pending = self._queue[0]
+            if group and events + len(pending.events) > MAX_GROUP_EVENTS:
+                break
+            self._queue.popleft()
+            if pending.claim in claims:
+                deferred.append(pending)
+                continue
+            claims.add(pending.claim)
+            group.append(pending)
+            events += len(pending.events)
+        self._queue.extendleft(reversed(deferred))
+        return group
+
+    async def _flush_forever(self) -> None:
+        while True:
+            while not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            group = self._take_group()
+            try:
+                await self._write(group)
+            except StorageUnavailable as exc:
+                for pending in group:
+                    self._settle_error(pending, StorageUnavailable(exc.detail))
+            except Exception as exc:
+                if len(group) == 1:
+                    self._settle_error(group[0], exc)
+                    continue
+                # Find out whose data it was: each request alone, so only that one fails.
+                for pending in group:
+                    try:
+                        await self._write([pending])
+                    except Exception as alone:
+                        self._settle_error(pending, alone)
+
+    @staticmethod
+    def _settle_error(pending: _Pending, exc: Exception) -> None:
+        if pending.done.done():
+            return
+        if not isinstance(exc, Problem):
+            log.error("writing to the outbox failed", exc_info=exc)
+            exc = StorageUnavailable("writing the events failed; nothing was stored")
+        pending.done.set_exception(exc)
+
+    async def _write(self, group: Sequence[_Pending]) -> None:
+        params = _parameters(group)
+        async with self.db.autocommit_driver() as conn:
+            try:
+                rows = await (await conn.execute(_ACCEPT_GROUP, params)).fetchall()
+            except psycopg.errors.CheckViolation as exc:
+                if "no partition" not in str(exc):
+                    raise
+                # Partitions are made days ahead; this is the backstop if that ever fell behind.
+                days = sorted({p.acceptance.received_at.astimezone(UTC).date() for p in group})
+                async with self.db.transaction() as ddl:
+                    await ensure_partitions(ddl, days)
+                rows = await (await conn.execute(_ACCEPT_GROUP, params)).fetchall()
+        for ord_, caller_live, claimed in rows:
+            outcome = Accepted.STORED if claimed else Accepted.KEY_TAKEN
+            if not caller_live:
+                outcome = Accepted.CALLER_NOT_LIVE
+            with contextlib.suppress(asyncio.InvalidStateError):
+                group[ord_].done.set_result(outcome)
