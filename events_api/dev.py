@@ -564,7 +564,8 @@ def run_dev(
     schemas_dir: Path = SCHEMAS_DIR,
 ) -> int:
     """Run the dev stack until Ctrl-C or SIGTERM. Returns the exit code."""
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # Even when started with SIGINT ignored (a background job of a script), Ctrl-C must stop the stack.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGTERM, on_sigterm)
     try:
         with contextlib.ExitStack() as stack:
             try:
@@ -577,6 +578,9 @@ def run_dev(
     except DevError as exc:
         print(f"events-api dev: {exc}", file=sys.stderr, flush=True)
         return 1
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
     return 0
 
 
