@@ -135,6 +135,9 @@ class OutboxWriter:
         self._queue: deque[_Pending] = deque()
         self._wake = asyncio.Event()
         self._flushers: list[asyncio.Task[None]] = []
+        # Observable by tests and (later) metrics: statements run, and requests they carried.
+        self.statements = 0
+        self.requests_written = 0
 
     async def accept(
         self, tenant_id: str, api_key_id: str, acceptance: Acceptance, events: Sequence[NewEvent]
@@ -209,6 +212,8 @@ class OutboxWriter:
 
     async def _write(self, group: Sequence[_Pending]) -> None:
         params = _parameters(group)
+        self.statements += 1
+        self.requests_written += len(group)
         async with self.db.autocommit_driver() as conn:
             try:
                 rows = await (await conn.execute(_ACCEPT_GROUP, params)).fetchall()
