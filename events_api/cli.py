@@ -15,7 +15,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     settings.require("database_url", "admin_token")
     uvicorn.run(
-        "events_api.http.app:create_app",
+        "events_api.http.app:app_from_environment",
         factory=True,
         host=args.host,
         port=args.port,

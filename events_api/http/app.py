@@ -19,6 +19,7 @@ from events_api.http.routes import events, ops, schemas, tenants
 from events_api.http.services import AnyRequest, Services
 from events_api.ids import RandomBytes
 from events_api.ingest import Ingest
+from events_api.logs import setup_logging
 from events_api.schemas import SchemaRegistry
 from events_api.settings import Settings
 from events_api.storage.database import Database
@@ -62,6 +63,12 @@ def build_services(
         ingest=Ingest(db, registry, tenants, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
         clock=now,
     )
+
+
+def app_from_environment() -> Litestar:
+    """The factory `events-api serve` gives uvicorn: each worker sets up logging and reads the environment."""
+    setup_logging()
+    return create_app()
 
 
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> Litestar:
