@@ -20,6 +20,8 @@ from typing import Any
 
 import psycopg
 
+from events_api.cli import UVICORN_OPTIONS
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -131,16 +133,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     # The same uvicorn settings as `events-api serve`.
-    uvicorn.run(
-        "bench.naive:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        access_log=False,
-        log_level="info",
-        proxy_headers=False,
-    )
+    uvicorn.run("bench.naive:create_app", host=args.host, port=args.port, workers=args.workers, **UVICORN_OPTIONS)
 
 
 if __name__ == "__main__":
