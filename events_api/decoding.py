@@ -12,7 +12,7 @@ from events_api.errors import BadRequest, FieldError, ValidationFailed
 
 T = TypeVar("T")
 
-_PATH = re.compile(r" - at `\$(.*)`$")
+_PATH = re.compile(r" - at (?:`key` in )?`\$(.*)`$")  # "in": the error is in a key of that object
 _FIELD = re.compile(r"(?:missing required|contains unknown) field `([^`]+)`")
 _PART = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
 
@@ -47,4 +47,6 @@ def decode_body(body: bytes, type_: type[T] | Any) -> T:
         raise ValidationFailed(f"{error.message} at {error.pointer or '/'}", errors=[error]) from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("the body's JSON is nested too deeply") from None
     return result

@@ -75,7 +75,7 @@ class Submitted:
             "payload": self.payload,
             "partition_key": self.partition_key,
             "schema_version": self.schema_version,
-            "occurred_at": None if self.occurred_at is None else self.occurred_at.astimezone(UTC).isoformat(),
+            "occurred_at": None if self.occurred_at is None else self.occurred_at.isoformat(),
             "headers": self.headers,
         }
 
@@ -88,13 +88,25 @@ class Outcome:
     location: str | None
 
 
+def _utc(at: datetime | None, pointer: str) -> datetime | None:
+    """In UTC; a time whose offset pushes it outside years 1-9999 is refused (Python cannot hold it)."""
+    if at is None:
+        return None
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:
+        raise ValidationFailed(
+            "the time is out of range", errors=[FieldError(pointer, "must be within years 0001-9999 in UTC")]
+        ) from None
+
+
 def _native(event: EventIn, prefix: str) -> Submitted:
     return Submitted(
         event.event_type,
         event.payload,
         event.partition_key,
         event.schema_version,
-        event.occurred_at,
+        _utc(event.occurred_at, f"{prefix}/occurred_at"),
         event.headers,
         type_pointer=f"{prefix}/event_type",
         payload_pointer=f"{prefix}/payload",
@@ -109,7 +121,7 @@ def _cloudevent(event: CloudEventIn, prefix: str) -> Submitted:
         event.data,
         event.partitionkey,
         event.schemaversion,
-        event.time,
+        _utc(event.time, f"{prefix}/time"),
         None,
         type_pointer=f"{prefix}/type",
         payload_pointer=f"{prefix}/data",

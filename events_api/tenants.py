@@ -25,6 +25,7 @@ from events_api.storage.database import Database
 from events_api.storage.platform import PlatformStore, StoredKey
 
 _TENANT_ID = re.compile(TENANT_ID_PATTERN)
+_KEY_ID = re.compile(r"key_[0-9a-z]{16}")
 KEY_CACHE_SECONDS = 60.0
 KEY_CACHE_SIZE = 10_000
 
@@ -124,9 +125,11 @@ class Tenants:
 
     async def revoke_key(self, tenant_id: str, key_id: str, now: datetime) -> None:
         self._keys.pop(key_id, None)
+        if not _TENANT_ID.fullmatch(tenant_id) or not _KEY_ID.fullmatch(key_id):
+            raise NotFound(f"tenant {tenant_id[:80]!r} has no API key {key_id[:80]!r}")
         if not await self.store.revoke_api_key(tenant_id, key_id, now):
             raise NotFound(f"tenant {tenant_id!r} has no API key {key_id[:80]!r}")
 
     async def _require_tenant(self, tenant_id: str) -> None:
-        if not await self.store.tenant_exists(tenant_id):
+        if not _TENANT_ID.fullmatch(tenant_id) or not await self.store.tenant_exists(tenant_id):
             raise NotFound(f"no tenant {tenant_id[:80]!r}")

@@ -9,6 +9,7 @@ from typing import Any
 
 from litestar import Request
 
+from events_api.announcements import VersionAnnouncements
 from events_api.auth import PlatformAdmin, Scope, TenantCaller, bearer_token
 from events_api.errors import Forbidden, PayloadTooLarge, UnsupportedMediaType
 from events_api.ingest import Ingest
@@ -26,6 +27,7 @@ class Services:
     db: Database
     tenants: Tenants
     registry: SchemaRegistry
+    announcements: VersionAnnouncements
     ingest: Ingest
     clock: Callable[[], datetime]
 
@@ -67,6 +69,6 @@ async def read_body(request: AnyRequest, accepted: tuple[str, ...]) -> tuple[str
         raise UnsupportedMediaType(f"send Content-Type: {' or '.join(accepted)} (got {kind or 'none'!r})")
     limit = services(request).settings.max_body_bytes
     length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
+    if length.isascii() and length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(f"the body is {length} bytes; the limit is {limit}")
     return kind, await request.body()

@@ -36,7 +36,9 @@ def storage_errors() -> Iterator[None]:
         yield
     except (psycopg.DataError, sqlalchemy.exc.DataError) as exc:
         cause = getattr(exc, "orig", None) or exc
-        if getattr(cause, "sqlstate", None) in _UNSTORABLE_TEXT:
+        # psycopg itself refuses NUL in a text parameter before sending it (no SQLSTATE then).
+        unstorable = getattr(cause, "sqlstate", None) in _UNSTORABLE_TEXT or "NUL (0x00)" in str(cause)
+        if unstorable:
             raise ValidationFailed("the request holds text that cannot be stored (the NUL character, U+0000)") from exc
         raise
     except _UNAVAILABLE as exc:

@@ -35,6 +35,7 @@ log = logging.getLogger("events_api.storage")
 FLUSHERS = 4
 MAX_GROUP_REQUESTS = 256
 MAX_GROUP_EVENTS = 5000
+DEADLOCK_RETRIES = 3
 
 # accept_event_groups: for each request of the group whose API key is live, claim (tenant, key) unless a
 # live claim exists, and append its events if claimed. One row per request says what happened to it.
@@ -48,14 +49,18 @@ WITH req AS (
         status smallint, body json, received_at timestamptz, expires_at timestamptz, traceparent text)
 ), live AS (
     -- The key is checked here, not only when cached: a revocation binds on every replica at once.
+    -- FOR SHARE: a revocation committed while this waits is seen (the row is re-checked), and one that
+    -- comes later waits for this statement, so no event is accepted after its key's revocation committed.
     SELECT r.* FROM req r JOIN api_keys k ON k.id = r.api_key_id AND k.tenant_id = r.tenant_id
     WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > r.received_at)
+    FOR SHARE OF k
 ), claimed AS (
     INSERT INTO idempotency_keys AS k
         (tenant_id, key, operation, fingerprint, event_ids, response_status, response_body, created_at, expires_at)
     SELECT tenant_id, key, operation, decode(fingerprint, 'hex'), event_ids, status,
            convert_to(CAST(body AS text), 'UTF8'), received_at, expires_at
     FROM live
+    ORDER BY tenant_id, key  -- one lock order for every statement: concurrent groups cannot deadlock
     ON CONFLICT (tenant_id, key) DO UPDATE
         SET operation = excluded.operation, fingerprint = excluded.fingerprint, event_ids = excluded.event_ids,
             response_status = excluded.response_status, response_body = excluded.response_body,
@@ -213,6 +218,8 @@ class OutboxWriter:
             group.append(pending)
             events += len(pending.events)
         self._queue.extendleft(reversed(deferred))
+        # The statement claims keys in this order; every group using one order keeps groups from deadlocking.
+        group.sort(key=lambda p: p.claim)
         return group
 
     async def _flush_forever(self) -> None:
@@ -246,13 +253,25 @@ class OutboxWriter:
             exc = StorageUnavailable("writing the events failed; nothing was stored")
         pending.done.set_exception(exc)
 
+    @staticmethod
+    async def _execute(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The statement, again if PostgreSQL broke a lock cycle with another writer (nothing was stored)."""
+        for attempt in range(DEADLOCK_RETRIES):
+            try:
+                return await (await conn.execute(_ACCEPT_GROUP, params)).fetchall()
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+                if attempt == DEADLOCK_RETRIES - 1:
+                    raise
+                log.warning("outbox write hit a lock conflict; retrying")
+        raise AssertionError("unreachable")
+
     async def _write(self, group: Sequence[_Pending]) -> None:
         params = _parameters(group)
         self.statements += 1
         self.requests_written += len(group)
         async with self.db.autocommit_driver() as conn:
             try:
-                rows = await (await conn.execute(_ACCEPT_GROUP, params)).fetchall()
+                rows = await self._execute(conn, params)
             except psycopg.errors.CheckViolation as exc:
                 if "no partition" not in str(exc):
                     raise
@@ -260,7 +279,7 @@ class OutboxWriter:
                 days = sorted({p.acceptance.received_at.astimezone(UTC).date() for p in group})
                 async with self.db.transaction() as ddl:
                     await ensure_partitions(ddl, days)
-                rows = await (await conn.execute(_ACCEPT_GROUP, params)).fetchall()
+                rows = await self._execute(conn, params)
         for ord_, caller_live, claimed in rows:
             outcome = Accepted.STORED if claimed else Accepted.KEY_TAKEN
             if not caller_live:

@@ -190,3 +190,27 @@ async def test_revocation_binds_at_once_on_another_replica(settings: Any) -> Non
             _is_problem(response, 401)
         batch = await replica_a.post("/v1/events/batch", json={"events": [order(3)]}, headers={**tenant.auth, **idem()})
         _is_problem(batch, 401)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("post", "/v1/tenants/a%00b/api-keys"),
+        ("delete", "/v1/tenants/acme/api-keys/key%00x"),
+        ("delete", "/v1/tenants/a%00b/api-keys/key_0123456789abcdef"),
+        ("post", "/v1/tenants/acme%0A/api-keys"),
+    ],
+)
+async def test_malformed_admin_path_parameters_are_404(client: Client, method: str, path: str) -> None:
+    kwargs: dict[str, Any] = {"headers": ADMIN}
+    if method == "post":
+        kwargs["json"] = {"scopes": ["events:read"]}
+    response = await getattr(client, method)(path, **kwargs)
+    assert response.status_code == 404, response.text
+
+
+async def test_event_type_with_a_trailing_newline_is_refused(client: Client, tenant: TenantFixture) -> None:
+    response = await client.post(
+        "/v1/schemas/order.created%0A/versions", json={"schema": {"type": "object"}}, headers=tenant.auth
+    )
+    assert response.status_code == 422

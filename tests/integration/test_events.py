@@ -361,3 +361,42 @@ async def test_nul_characters_are_422_not_500(client: Client, tenant: TenantFixt
         "/v1/events", json={"event_type": "nul.ok", "payload": {"s": "a\u0000b"}}, headers={**tenant.auth, **idem()}
     )
     assert ok.status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "pointer"),
+    [
+        (order(1, occurred_at="9999-12-31T23:59:59-23:59"), 422, "/occurred_at"),
+        (order(1, occurred_at="0001-01-01T00:00:00+01:00"), 422, "/occurred_at"),
+        ({"event_type": "order.created\n", "payload": {}}, 422, "/event_type"),
+        (order(1, headers={"traceparent\n": "x"}), 422, "/headers"),
+    ],
+)
+async def test_edge_inputs_are_4xx(
+    client: Client, tenant: TenantFixture, body: dict[str, Any], status: int, pointer: str
+) -> None:
+    response = await client.post("/v1/events", json=body, headers={**tenant.auth, **idem()})
+    assert response.status_code == status, response.text
+    assert response.json()["errors"][0]["pointer"].startswith(pointer)
+
+
+async def test_deeply_nested_json_is_400(client: Client, tenant: TenantFixture) -> None:
+    deep = b'{"event_type": "order.created", "payload": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}"
+    response = await client.post(
+        "/v1/events", content=deep, headers={**tenant.auth, **idem(), "Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert "nested" in response.json()["detail"]
+
+
+async def test_cloudevent_time_out_of_range_is_422(client: Client, tenant: TenantFixture) -> None:
+    event = {
+        "specversion": "1.0",
+        "type": "order.created",
+        "data": {"order_id": "x", "amount": 1},
+        "time": "9999-12-31T23:59:59-23:59",
+    }
+    headers = {**tenant.auth, **idem(), "Content-Type": "application/cloudevents+json"}
+    response = await client.post("/v1/events", content=msgspec.json.encode(event), headers=headers)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["pointer"] == "/time"

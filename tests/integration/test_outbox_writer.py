@@ -101,3 +101,50 @@ async def test_revoked_key_stores_nothing(writer: OutboxWriter, key: tuple[str, 
     assert await writer.accept(tenant, key_id, *_request(idempotency_key)) is Accepted.CALLER_NOT_LIVE
     assert await writer.accept(tenant, "key_other", *_request(idempotency_key)) is Accepted.CALLER_NOT_LIVE
     assert _stored(sql, tenant, idempotency_key) == 0
+
+
+async def test_writers_claiming_keys_in_opposite_orders_do_not_deadlock(
+    writer: OutboxWriter, key: tuple[str, str], database_url: str, sql: Any
+) -> None:
+    tenant, key_id = key
+    other_db = Database(Settings(database_url=database_url).sqlalchemy_url, pool_size=4)
+    other = OutboxWriter(other_db)
+    try:
+        for _ in range(5):
+            shared = [secrets.token_hex(6) for _ in range(12)]
+            mine = [writer.accept(tenant, key_id, *_request(k)) for k in shared]
+            theirs = [other.accept(tenant, key_id, *_request(k)) for k in reversed(shared)]
+            results = await asyncio.gather(*mine, *theirs, return_exceptions=True)
+            assert all(isinstance(r, Accepted) for r in results), results
+            assert all(_stored(sql, tenant, k) == 1 for k in shared)
+    finally:
+        await other.close()
+        await other_db.dispose()
+
+
+async def test_a_revocation_waits_for_a_publish_in_flight(
+    writer: OutboxWriter, key: tuple[str, str], sql: Any, database_url: str
+) -> None:
+    """No event is accepted after its key's revocation committed: a revocation that arrives while a
+    publish waits is held until that publish commits."""
+    tenant, key_id = key
+    idempotency_key = secrets.token_hex(6)
+    with psycopg.connect(database_url) as blocker:
+        # Hold the (tenant, key) row so the publish statement waits after it has checked the key.
+        blocker.execute(
+            "INSERT INTO idempotency_keys (tenant_id, key, operation, fingerprint, event_ids, response_status,"
+            " response_body, created_at, expires_at) VALUES (%s, %s, 'event', '\\x00', '{}', 202, '\\x00',"
+            " now() - interval '2 days', now() - interval '1 day')",
+            (tenant, idempotency_key),
+        )
+        publish = asyncio.create_task(writer.accept(tenant, key_id, *_request(idempotency_key)))
+        await asyncio.sleep(0.3)
+        revoke = asyncio.create_task(PlatformStore(writer.db).revoke_api_key(tenant, key_id, datetime.now(UTC)))
+        await asyncio.sleep(0.3)
+        assert not revoke.done(), "the revocation committed while a publish with that key was in flight"
+        blocker.rollback()
+    assert await publish is Accepted.STORED
+    assert await revoke is True
+    assert _stored(sql, tenant, idempotency_key) == 1
+    after = secrets.token_hex(6)
+    assert await writer.accept(tenant, key_id, *_request(after)) is Accepted.CALLER_NOT_LIVE
