@@ -57,6 +57,19 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
     return run_dev(args.data_dir, args.port, settings)
 
 
+def _schemas_push(args: argparse.Namespace, _: Settings) -> int:
+    import os
+    from pathlib import Path
+
+    from events_api.schemas_push import EXIT_ERROR, push
+
+    api_key = args.api_key or os.environ.get("EVENTS_API_KEY")
+    if not api_key:
+        print("events-api schemas push: pass --api-key or set EVENTS_API_KEY", file=sys.stderr)
+        return EXIT_ERROR
+    return push(Path(args.directory), args.url, api_key, check_only=args.check)
+
+
 def _not_yet(name: str, issue: int) -> object:
     def run(_: argparse.Namespace, __: Settings) -> int:
         print(f"events-api {name}: not available in this build yet (issue {issue})", file=sys.stderr)
@@ -77,6 +90,14 @@ def parser() -> argparse.ArgumentParser:
 
     commands.add_parser("migrate", help="bring the database schema up to date (idempotent)").set_defaults(run=_migrate)
     commands.add_parser("openapi", help="print the OpenAPI document").set_defaults(run=_openapi)
+    schemas = commands.add_parser("schemas", help="schemas as code").add_subparsers(dest="action", required=True)
+    push = schemas.add_parser("push", help="register every DIR/<event_type>.json; exit 1 on an incompatible one")
+    push.add_argument("directory", metavar="DIR")
+    push.add_argument("--url", default="http://127.0.0.1:8000", help="the API (default %(default)s)")
+    push.add_argument("--api-key", help="a key with schemas:write (default: $EVENTS_API_KEY)")
+    push.add_argument("--check", action="store_true", help="only check compatibility; register nothing")
+    push.set_defaults(run=_schemas_push)
+
     commands.add_parser("relay", help="forward the outbox to Kafka").set_defaults(run=_not_yet("relay", 4))
     dev = commands.add_parser("dev", help="everything on one machine with embedded services")
     dev.add_argument("--data-dir")

@@ -4,7 +4,7 @@ whose error points (JSON Pointer) at the offending member."""
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -39,7 +39,7 @@ def field_error(error: msgspec.ValidationError) -> FieldError:
     return FieldError(pointer, message)
 
 
-def decode_body(body: bytes, type_: type[T] | Any) -> T:
+def decode_body(body: bytes, type_: type[T]) -> T:
     try:
         result: T = msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:

@@ -8,8 +8,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-TENANT_ID_PATTERN = r"^[a-z][a-z0-9-]{1,62}$"
-EVENT_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
+# `(?!\n)$`: Python's `$` also matches before a final newline; this anchors at the very end in Python
+# (msgspec's checks) and in ECMA-262 (JSON Schema and OpenAPI readers) alike.
+TENANT_ID_PATTERN = r"^[a-z][a-z0-9-]{1,62}(?!\n)$"
+EVENT_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*(?!\n)$"
 MAX_EVENT_TYPE_LENGTH = 255
 MAX_PARTITION_KEY_LENGTH = 1024
 MAX_HEADERS = 64
@@ -22,7 +24,7 @@ EventType = Annotated[
 AwareDatetime = Annotated[datetime, Meta(tz=True, description="RFC 3339 timestamp with a time zone.")]
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and jsonb cannot hold U+0000
 PartitionKey = Annotated[str, Meta(min_length=1, max_length=MAX_PARTITION_KEY_LENGTH, pattern=NO_NUL)]
-HeaderName = Annotated[str, Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")]
+HeaderName = Annotated[str, Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+(?!\n)$")]
 HeaderValue = Annotated[str, Meta(max_length=8192, pattern=NO_NUL)]
 UserHeaders = Annotated[dict[HeaderName, HeaderValue], Meta(max_length=MAX_HEADERS)]
 SchemaVersion = Annotated[int, Meta(ge=1, le=2_147_483_647)]
@@ -83,6 +85,57 @@ class SchemaRegistered(Struct):
     event_type: str
     version: int
     compatibility: str
+
+
+Compatibility = Literal[
+    "NONE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"
+]
+
+
+class CompatibilityIn(Struct, forbid_unknown_fields=True):
+    compatibility: Compatibility
+
+
+class CompatibilityOut(Struct):
+    event_type: str
+    compatibility: str
+
+
+class CompatibilityFinding(Struct):
+    path: Annotated[str, Meta(description="JSON Pointer into the schema")]
+    rule: str
+    direction: Literal["BACKWARD", "FORWARD"]
+    message: str
+    undecidable: bool
+    against_version: int | None
+
+
+class CompatibilityCheckOut(Struct):
+    compatible: bool
+    messages: list[str]
+    findings: list[CompatibilityFinding]
+
+
+class EventTypeOut(Struct):
+    event_type: str
+    compatibility: str
+    latest_version: int
+    created_at: datetime
+
+
+class EventTypeList(Struct):
+    event_types: list[EventTypeOut]
+
+
+class VersionOut(Struct):
+    version: int
+    created_at: datetime
+    created_by: str | None
+
+
+class VersionList(Struct):
+    event_type: str
+    versions: list[VersionOut]
 
 
 class SchemaVersionOut(Struct):

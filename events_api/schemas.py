@@ -1,7 +1,11 @@
-"""The schema registry: checking and storing JSON Schemas, and the compiled validators used at ingest.
+"""The schema registry: checking and storing JSON Schemas, compatibility between versions, and the
+compiled validators used at ingest.
 
 Validators are compiled once per (tenant, event type, version) and cached; versions are immutable,
-so a cached validator never goes stale. Remote `$ref`s are refused: the service never fetches URLs.
+so a cached validator never goes stale. Only "which version is latest" can change: it is cached per
+(tenant, type) and dropped on every replica when a version is registered (the `announce` hook,
+events_api/announcements.py); when the announcements are not flowing the cache lives only
+LATEST_VERSION_SECONDS. Remote `$ref`s are refused: the service never fetches URLs.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import hashlib
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,26 +22,57 @@ from typing import Any
 import jsonschema_rs
 import msgspec
 
+from events_api.compatibility import MODES, Finding, check_compatibility
 from events_api.decoding import escape
-from events_api.errors import FieldError, NotFound, ValidationFailed
+from events_api.errors import Conflict, FieldError, NotFound, ValidationFailed
 from events_api.models import EVENT_TYPE_PATTERN, MAX_EVENT_TYPE_LENGTH
 from events_api.storage.database import Database
-from events_api.storage.schemas import Registration, SchemaStore, StoredSchema
+from events_api.storage.schemas import Registration, SchemaStore, StoredSchema, TypeSummary, VersionSummary
 
 MAX_ERRORS = 50
-LATEST_VERSION_SECONDS = 1.0
+MAX_SCHEMA_BYTES = 256 * 1024
+MAX_SCHEMA_DEPTH = 32
+LATEST_VERSION_SECONDS = 1.0  # while announcements of new versions are not flowing
+LATEST_VERSION_SECONDS_ANNOUNCED = 60.0  # while they are: a new version drops the entry at once
 LATEST_CACHE_SIZE = 100_000
 _EVENT_TYPE = re.compile(EVENT_TYPE_PATTERN)
 _canonical = msgspec.json.Encoder(order="sorted")
 
 
 def check_event_type(event_type: str) -> str:
-    if len(event_type) > MAX_EVENT_TYPE_LENGTH or not _EVENT_TYPE.match(event_type):
+    if len(event_type) > MAX_EVENT_TYPE_LENGTH or not _EVENT_TYPE.fullmatch(event_type):
         raise ValidationFailed(
             f"event type {event_type[:80]!r} must match {EVENT_TYPE_PATTERN} and be at most "
             f"{MAX_EVENT_TYPE_LENGTH} characters"
         )
     return event_type
+
+
+def _depth(node: Any, limit: int) -> int:
+    """Nesting depth of a JSON value, counted no further than `limit` + 1."""
+    if limit < 0 or not isinstance(node, dict | list):
+        return 0
+    children = node.values() if isinstance(node, dict) else node
+    return 1 + max((_depth(child, limit - 1) for child in children), default=0)
+
+
+def check_schema_limits(schema: dict[str, Any]) -> None:
+    size = len(_canonical.encode(schema))
+    if size > MAX_SCHEMA_BYTES:
+        raise ValidationFailed(
+            f"the schema is {size} bytes; the limit is {MAX_SCHEMA_BYTES}",
+            errors=[FieldError("/schema", f"at most {MAX_SCHEMA_BYTES} bytes")],
+        )
+    if _depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise ValidationFailed(
+            f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels",
+            errors=[FieldError("/schema", f"at most {MAX_SCHEMA_DEPTH} levels of nesting")],
+        )
+
+
+def incompatibilities(findings: list[Finding]) -> list[FieldError]:
+    """Compatibility findings as problem `errors`, pointing into the request's `schema` member."""
+    return [FieldError("/schema" + f.path, f.message) for f in findings]
 
 
 def _refuse_remote(uri: str) -> Any:
@@ -103,14 +138,24 @@ class _Lru:
             self.items.popitem(last=False)
 
 
+@dataclass(frozen=True, slots=True)
+class CompatibilityReport:
+    compatible: bool
+    findings: list[Finding]
+
+
 class SchemaRegistry:
     def __init__(self, db: Database, cache_size: int = 10_000, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.db = db
         self.monotonic = monotonic
         self._validators = _Lru(cache_size)
-        # (tenant, type) -> (latest version, when read). A version registered through another replica
-        # is seen within LATEST_VERSION_SECONDS; until then events validate against (and are labelled
-        # with) the previous latest version, which is consistent. Registering here invalidates at once.
+        # Set by the app: tells every replica that (tenant, type) has a new version; `announced()` says
+        # whether such announcements are currently being received.
+        self.announce: Callable[[str, str], Awaitable[None]] | None = None
+        self.announced: Callable[[], bool] = lambda: False
+        # (tenant, type) -> (latest version, when read). Dropped here and, through `announce`, on every
+        # replica when a version is registered. If an announcement is missed, events validate against (and
+        # are labelled with) the previous latest version until the entry expires, which stays consistent.
         self._latest: dict[tuple[str, str], tuple[int, float]] = {}
 
     def store(self, tenant_id: str) -> SchemaStore:
@@ -126,12 +171,67 @@ class SchemaRegistry:
         created_by: str | None,
     ) -> Registration:
         check_event_type(event_type)
+        check_schema_limits(schema)
         compile_schema(schema)
+
+        def compatible(mode: str, previous: list[tuple[int, Any]]) -> None:
+            findings = check_compatibility(mode, schema, previous)
+            if findings:
+                raise Conflict(
+                    f"the schema is not {mode} compatible: {len(findings)} incompatibilit"
+                    + ("y" if len(findings) == 1 else "ies"),
+                    errors=incompatibilities(findings),
+                )
+
         registration = await self.store(tenant_id).register(
-            event_type, schema, schema_fingerprint(schema), now=now, created_by=created_by
+            event_type, schema, schema_fingerprint(schema), now=now, created_by=created_by, check=compatible
         )
-        self._latest.pop((tenant_id, event_type), None)
+        if registration.created:
+            self.forget_latest(tenant_id, event_type)
+            if self.announce is not None:
+                await self.announce(tenant_id, event_type)
         return registration
+
+    def forget_latest(self, tenant_id: str, event_type: str) -> None:
+        self._latest.pop((tenant_id, event_type), None)
+
+    def forget_all_latest(self) -> None:
+        self._latest.clear()
+
+    async def check(self, tenant_id: str, event_type: str, schema: dict[str, Any]) -> CompatibilityReport:
+        """Would `schema` be accepted as the next version? (A type with no versions accepts anything valid.)"""
+        check_event_type(event_type)
+        check_schema_limits(schema)
+        compile_schema(schema)
+        history = await self.store(tenant_id).history(event_type)
+        if history is None:
+            return CompatibilityReport(True, [])
+        mode, previous = history
+        fingerprint = schema_fingerprint(schema)
+        if any(schema_fingerprint(old) == fingerprint for _, old in previous):
+            return CompatibilityReport(True, [])
+        findings = check_compatibility(mode, schema, previous)
+        return CompatibilityReport(not findings, findings)
+
+    async def set_compatibility(self, tenant_id: str, event_type: str, mode: str) -> None:
+        check_event_type(event_type)
+        if mode not in MODES:
+            raise ValidationFailed(
+                f"compatibility must be one of {', '.join(MODES)}",
+                errors=[FieldError("/compatibility", f"must be one of {', '.join(MODES)}")],
+            )
+        if not await self.store(tenant_id).set_compatibility(event_type, mode):
+            raise NotFound(f"no event type {event_type!r}")
+
+    async def list_types(self, tenant_id: str) -> list[TypeSummary]:
+        return await self.store(tenant_id).list_types()
+
+    async def list_versions(self, tenant_id: str, event_type: str) -> list[VersionSummary]:
+        check_event_type(event_type)
+        versions = await self.store(tenant_id).list_versions(event_type)
+        if not versions:
+            raise NotFound(f"no event type {event_type!r}")
+        return versions
 
     async def get(self, tenant_id: str, event_type: str, version: int | None) -> StoredSchema:
         check_event_type(event_type)
@@ -163,10 +263,11 @@ class SchemaRegistry:
 
     async def _latest_versions(self, store: SchemaStore, types: set[str]) -> dict[str, int]:
         now = self.monotonic()
+        ttl = LATEST_VERSION_SECONDS_ANNOUNCED if self.announced() else LATEST_VERSION_SECONDS
         latest: dict[str, int] = {}
         for event_type in types:
             entry = self._latest.get((store.tenant_id, event_type))
-            if entry is not None and now - entry[1] <= LATEST_VERSION_SECONDS:
+            if entry is not None and now - entry[1] <= ttl:
                 latest[event_type] = entry[0]
         if missing := types - latest.keys():
             fetched = await store.latest_versions(missing)

@@ -11,11 +11,12 @@ from collections.abc import Callable
 
 from bench.context import Context
 from bench.report import Row
-from bench.scenarios import batch, ingest
+from bench.scenarios import batch, ingest, validate
 
 Scenario = Callable[[Context], list[Row]]
 
 SCENARIOS: dict[str, Scenario] = {
     "ingest": ingest.run,
     "batch": batch.run,
+    "validate": validate.run,
 }

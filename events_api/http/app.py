@@ -12,6 +12,7 @@ from litestar import Litestar, MediaType, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
+from events_api.announcements import VersionAnnouncements
 from events_api.errors import Problem, StorageUnavailable
 from events_api.http.openapi import openapi_config, openapi_document
 from events_api.http.problems import http_exception_handler, internal_error_handler, problem_handler
@@ -34,8 +35,12 @@ ROUTES = [
     tenants.create_tenant,
     tenants.create_api_key,
     tenants.revoke_api_key,
+    schemas.list_event_types,
     schemas.register_schema,
+    schemas.list_schema_versions,
     schemas.get_schema_version,
+    schemas.set_compatibility,
+    schemas.check_compatibility,
     events.publish_event,
     events.publish_batch,
     events.get_event,
@@ -54,12 +59,16 @@ def build_services(
     now = clock or (lambda: datetime.now(UTC))
     db = Database(settings.sqlalchemy_url, pool_size=settings.db_pool_size)
     registry = SchemaRegistry(db)
+    announcements = VersionAnnouncements(settings.redis_url, registry.forget_latest, registry.forget_all_latest)
+    registry.announce = announcements.announce
+    registry.announced = lambda: announcements.receiving
     tenants = Tenants(db, settings.admin_token, random)
     return Services(
         settings=settings,
         db=db,
         tenants=tenants,
         registry=registry,
+        announcements=announcements,
         ingest=Ingest(db, registry, tenants, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
         clock=now,
     )
@@ -89,8 +98,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     return Litestar(
         route_handlers=[*ROUTES, serve_openapi],
         state=State({"services": svc}),
-        on_startup=[prepare_partitions],
-        on_shutdown=[svc.ingest.close, svc.db.dispose],
+        on_startup=[prepare_partitions, svc.announcements.start],
+        on_shutdown=[svc.announcements.close, svc.ingest.close, svc.db.dispose],
         exception_handlers={
             Problem: problem_handler,
             HTTPException: http_exception_handler,

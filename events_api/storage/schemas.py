@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, select, tuple_
+from sqlalchemy import and_, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from events_api.storage.database import Database
 from events_api.storage.tables import event_types, schema_versions
@@ -22,6 +23,25 @@ class StoredSchema:
     created_at: datetime
     created_by: str | None
     compatibility: str
+
+
+@dataclass(frozen=True, slots=True)
+class TypeSummary:
+    event_type: str
+    compatibility: str
+    latest_version: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VersionSummary:
+    version: int
+    created_at: datetime
+    created_by: str | None
+
+
+# Called with (compatibility mode, [(version, schema), ...] oldest first); raises to refuse the new version.
+CompatibilityCheck = Callable[[str, list[tuple[int, Any]]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +69,10 @@ class SchemaStore:
         *,
         now: datetime,
         created_by: str | None,
+        check: CompatibilityCheck,
     ) -> Registration:
-        """Store `schema` as the next version, or return the version that already has this fingerprint."""
+        """Store `schema` as the next version, or return the version that already has this fingerprint.
+        `check(mode, previous)` runs under the type's lock before a new version is stored; it raises to refuse."""
         async with self.db.transaction() as conn:
             # ensure_event_type: the type exists from its first registration on
             await conn.execute(
@@ -76,6 +98,7 @@ class SchemaStore:
             ).scalar_one_or_none()
             if existing is not None:
                 return Registration(existing, compatibility, created=False)
+            check(compatibility, await self._versions(conn, event_type))
             # next_version: one past the highest
             version = (
                 await conn.execute(
@@ -94,6 +117,73 @@ class SchemaStore:
                 )
             )
             return Registration(version, compatibility, created=True)
+
+    async def _versions(self, conn: AsyncConnection, event_type: str) -> list[tuple[int, Any]]:
+        """all_schema_versions: every (version, schema) of a type, oldest first."""
+        rows = await conn.execute(
+            select(schema_versions.c.version, schema_versions.c.schema)
+            .where(self._of_tenant(event_type))
+            .order_by(schema_versions.c.version)
+        )
+        return [(row.version, row.schema) for row in rows]
+
+    async def history(self, event_type: str) -> tuple[str, list[tuple[int, Any]]] | None:
+        """The type's compatibility mode and every (version, schema), oldest first; None for an unknown type."""
+        async with self.db.autocommit() as conn:
+            mode = (
+                await conn.execute(
+                    select(event_types.c.compatibility).where(
+                        event_types.c.tenant_id == self.tenant_id, event_types.c.event_type == event_type
+                    )
+                )
+            ).scalar_one_or_none()
+            if mode is None:
+                return None
+            return mode, await self._versions(conn, event_type)
+
+    async def list_types(self) -> list[TypeSummary]:
+        """list_event_types: the tenant's event types with their mode and latest version."""
+        stmt = (
+            select(
+                event_types.c.event_type,
+                event_types.c.compatibility,
+                func.max(schema_versions.c.version),
+                event_types.c.created_at,
+            )
+            .join(
+                schema_versions,
+                and_(
+                    schema_versions.c.tenant_id == event_types.c.tenant_id,
+                    schema_versions.c.event_type == event_types.c.event_type,
+                ),
+            )
+            .where(event_types.c.tenant_id == self.tenant_id)
+            .group_by(event_types.c.event_type, event_types.c.compatibility, event_types.c.created_at)
+            .order_by(event_types.c.event_type)
+        )
+        async with self.db.autocommit() as conn:
+            return [TypeSummary(*row) for row in await conn.execute(stmt)]
+
+    async def list_versions(self, event_type: str) -> list[VersionSummary]:
+        """list_schema_versions: a type's versions, oldest first, with who registered each and when."""
+        stmt = (
+            select(schema_versions.c.version, schema_versions.c.created_at, schema_versions.c.created_by)
+            .where(self._of_tenant(event_type))
+            .order_by(schema_versions.c.version)
+        )
+        async with self.db.autocommit() as conn:
+            return [VersionSummary(*row) for row in await conn.execute(stmt)]
+
+    async def set_compatibility(self, event_type: str, mode: str) -> bool:
+        """set_compatibility: change a type's mode; False when the tenant has no such type."""
+        stmt = (
+            update(event_types)
+            .where(event_types.c.tenant_id == self.tenant_id, event_types.c.event_type == event_type)
+            .values(compatibility=mode)
+            .returning(event_types.c.event_type)
+        )
+        async with self.db.transaction() as conn:
+            return (await conn.execute(stmt)).first() is not None
 
     async def get(self, event_type: str, version: int | None) -> StoredSchema | None:
         """get_schema_version: one version of a type, or its latest when `version` is None."""

@@ -90,7 +90,9 @@ async def test_older_dialects_and_pinned_versions(client: Client) -> None:
     assert bad.status_code == 422
     assert bad.json()["errors"][0]["pointer"] == "/payload/n"
 
-    # A newer version that requires a field; an event pinned to version 1 is still checked against 1.
+    # A newer version that requires a field (mode NONE allows it); an event pinned to version 1 is still
+    # checked against 1.
+    await client.put("/v1/schemas/d4/compatibility", json={"compatibility": "NONE"}, headers=tenant.auth)
     v2 = {**draft4, "required": ["n"]}
     assert (await client.post("/v1/schemas/d4/versions", json={"schema": v2}, headers=tenant.auth)).status_code == 201
     latest = await client.post(

@@ -5,71 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.conftest import ADMIN, ADMIN_TOKEN, ALL_SCOPES, ORDER_SCHEMA, order
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def server(database_url: str) -> Iterator[str]:
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("EVENTS_API_")},
-        "EVENTS_API_DATABASE_URL": database_url,
-        "EVENTS_API_ADMIN_TOKEN": ADMIN_TOKEN,
-        "EVENTS_API_MAX_BODY_BYTES": "65536",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", "2"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("events-api serve did not become ready")
-        yield base
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        _, stderr = process.communicate(timeout=20)
-        assert b"Traceback" not in stderr, stderr.decode()
-
-
-@pytest.fixture(scope="module")
-def live_tenant(server: str) -> dict[str, str]:
-    tenant_id = "live-" + secrets.token_hex(4)
-    with httpx.Client(base_url=server, headers=ADMIN) as http:
-        assert http.post("/v1/tenants", json={"id": tenant_id}).status_code == 201
-        key = http.post(f"/v1/tenants/{tenant_id}/api-keys", json={"scopes": ALL_SCOPES}).json()["key"]
-        auth = {"Authorization": f"Bearer {key}"}
-        registered = http.post("/v1/schemas/order.created/versions", json={"schema": ORDER_SCHEMA}, headers=auth)
-        assert registered.status_code == 201
-    return {"tenant": tenant_id, **auth}
+from tests.conftest import order
 
 
 def test_health_and_openapi(server: str) -> None:
