@@ -14,6 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from events_api.storage.database import Database
 from events_api.storage.tables import event_types, schema_versions
 
+# A schema version belongs to the event type with the same tenant and name.
+_VERSION_OF_TYPE = and_(
+    schema_versions.c.tenant_id == event_types.c.tenant_id,
+    schema_versions.c.event_type == event_types.c.event_type,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class StoredSchema:
@@ -150,13 +156,7 @@ class SchemaStore:
                 func.max(schema_versions.c.version),
                 event_types.c.created_at,
             )
-            .join(
-                schema_versions,
-                and_(
-                    schema_versions.c.tenant_id == event_types.c.tenant_id,
-                    schema_versions.c.event_type == event_types.c.event_type,
-                ),
-            )
+            .join(schema_versions, _VERSION_OF_TYPE)
             .where(event_types.c.tenant_id == self.tenant_id)
             .group_by(event_types.c.event_type, event_types.c.compatibility, event_types.c.created_at)
             .order_by(event_types.c.event_type)
@@ -195,13 +195,7 @@ class SchemaStore:
                 schema_versions.c.created_by,
                 event_types.c.compatibility,
             )
-            .join(
-                event_types,
-                and_(
-                    event_types.c.tenant_id == schema_versions.c.tenant_id,
-                    event_types.c.event_type == schema_versions.c.event_type,
-                ),
-            )
+            .join(event_types, _VERSION_OF_TYPE)
             .where(self._of_tenant(event_type))
             .order_by(schema_versions.c.version.desc())
             .limit(1)
