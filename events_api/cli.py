@@ -57,6 +57,27 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
     return run_dev(args.data_dir, args.port, settings)
 
 
+def _relay(_: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+    import signal
+
+    from events_api.logs import setup_logging
+    from relay.relay import Relay
+
+    settings.require("database_url", "kafka_bootstrap_servers")
+    setup_logging()
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)  # finish the batch in hand, settle it, release the lanes
+        await Relay(settings).run(stop)
+
+    asyncio.run(run())
+    return 0
+
+
 def _schemas_push(args: argparse.Namespace, _: Settings) -> int:
     import os
     from pathlib import Path
@@ -68,14 +89,6 @@ def _schemas_push(args: argparse.Namespace, _: Settings) -> int:
         print("events-api schemas push: pass --api-key or set EVENTS_API_KEY", file=sys.stderr)
         return EXIT_ERROR
     return push(Path(args.directory), args.url, api_key, check_only=args.check)
-
-
-def _not_yet(name: str, issue: int) -> object:
-    def run(_: argparse.Namespace, __: Settings) -> int:
-        print(f"events-api {name}: not available in this build yet (issue {issue})", file=sys.stderr)
-        return 2
-
-    return run
 
 
 def parser() -> argparse.ArgumentParser:
@@ -98,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--check", action="store_true", help="only check compatibility; register nothing")
     push.set_defaults(run=_schemas_push)
 
-    commands.add_parser("relay", help="forward the outbox to Kafka").set_defaults(run=_not_yet("relay", 4))
+    commands.add_parser("relay", help="forward the outbox to Kafka (several may run)").set_defaults(run=_relay)
     dev = commands.add_parser("dev", help="everything on one machine with embedded services")
     dev.add_argument("--data-dir")
     dev.add_argument("--port", type=int, default=8000)

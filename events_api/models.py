@@ -74,6 +74,23 @@ class ApiKeyCreated(Struct):
     expires_at: datetime | None
 
 
+class RoutingIn(Struct, forbid_unknown_fields=True):
+    topic_template: Annotated[str, Meta(max_length=300)] = "{tenant}.{event_type}"
+    dead_letter_topic: Annotated[str, Meta(max_length=300)] = "{tenant}.dead-letter"
+    topics: Annotated[dict[EventType, Annotated[str, Meta(max_length=249)]], Meta(max_length=1000)] = msgspec.field(
+        default_factory=dict
+    )
+    cluster: Annotated[str, Meta(max_length=63)] = "default"
+
+
+class RoutingOut(Struct):
+    tenant: str
+    topic_template: str
+    dead_letter_topic: str
+    topics: dict[str, str]
+    cluster: str
+
+
 # --- schemas ----------------------------------------------------------------------------------
 
 

@@ -62,6 +62,17 @@ def _bootstrap_servers(text: str) -> str:
     return ",".join(servers)
 
 
+def _clusters(text: str) -> dict[str, str]:
+    """`eu=k1:9092,k2:9092;us=k3:9092`: named Kafka clusters besides `default`."""
+    clusters: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, servers = part.partition("=")
+        if not sep or not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", name.strip()):
+            raise ValueError("must look like name=host:port[,host:port][;name=...] with lower-case names")
+        clusters[name.strip()] = _bootstrap_servers(servers)
+    return clusters
+
+
 def _token(text: str) -> str:
     if not text or any(c.isspace() for c in text):
         raise ValueError("must be a non-empty token without whitespace")
@@ -80,6 +91,8 @@ class Settings:
     max_batch_events: int = 500
     db_pool_size: int = 10
     partitions_ahead_days: int = 7
+    kafka_clusters: dict[str, str] = field(default_factory=dict)
+    relay_batch_size: int = 2000
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -96,6 +109,8 @@ class Settings:
             "max_batch_events": _positive_int,
             "db_pool_size": _positive_int,
             "partitions_ahead_days": _positive_int,
+            "kafka_clusters": _clusters,
+            "relay_batch_size": _positive_int,
         }
         values: dict[str, object] = {}
         for name, parse in parsers.items():
@@ -118,6 +133,20 @@ class Settings:
             if getattr(self, name) is None:
                 raise SettingsError(f"{PREFIX}{name.upper()} is required but not set")
         return self
+
+    @property
+    def psycopg_conninfo(self) -> str:
+        """The database URL as libpq takes it."""
+        self.require("database_url")
+        assert self.database_url is not None
+        return re.sub(r"^(postgresql|postgres)(\+psycopg)?://", "postgresql://", self.database_url)
+
+    def kafka_cluster_servers(self) -> dict[str, str]:
+        """Every cluster the relay knows: `default` from KAFKA_BOOTSTRAP_SERVERS, the others by name."""
+        named = dict(self.kafka_clusters)
+        if self.kafka_bootstrap_servers:
+            named.setdefault("default", self.kafka_bootstrap_servers)
+        return named
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -20,7 +20,8 @@ from events_api.auth import (
 )
 from events_api.errors import Conflict, FieldError, NotFound, Unauthorized, ValidationFailed
 from events_api.ids import RandomBytes
-from events_api.models import TENANT_ID_PATTERN, ApiKeyCreated, ApiKeyIn, Tenant
+from events_api.models import TENANT_ID_PATTERN, ApiKeyCreated, ApiKeyIn, RoutingIn, RoutingOut, Tenant
+from events_api.routing import Routing, validate
 from events_api.storage.database import Database
 from events_api.storage.platform import PlatformStore, StoredKey
 
@@ -28,6 +29,10 @@ _TENANT_ID = re.compile(TENANT_ID_PATTERN)
 _KEY_ID = re.compile(r"key_[0-9a-z]{16}")
 KEY_CACHE_SECONDS = 60.0
 KEY_CACHE_SIZE = 10_000
+
+
+def _routing_out(tenant_id: str, routing: Routing) -> RoutingOut:
+    return RoutingOut(tenant_id, routing.topic_template, routing.dead_letter_topic, routing.topics, routing.cluster)
 
 
 def _live(stored: StoredKey, now: datetime) -> bool:
@@ -122,6 +127,16 @@ class Tenants:
         return ApiKeyCreated(
             issued.key_id, issued.token, tenant_id, request.name, list(scopes), now, request.expires_at
         )
+
+    async def put_routing(self, tenant_id: str, request: RoutingIn, now: datetime) -> RoutingOut:
+        routing = validate(Routing(request.topic_template, request.dead_letter_topic, request.topics, request.cluster))
+        await self._require_tenant(tenant_id)
+        await self.store.put_routing(tenant_id, routing, now)
+        return _routing_out(tenant_id, routing)
+
+    async def get_routing(self, tenant_id: str) -> RoutingOut:
+        await self._require_tenant(tenant_id)
+        return _routing_out(tenant_id, await self.store.get_routing(tenant_id))
 
     async def revoke_key(self, tenant_id: str, key_id: str, now: datetime) -> None:
         self._keys.pop(key_id, None)

@@ -35,6 +35,8 @@ ROUTES = [
     tenants.create_tenant,
     tenants.create_api_key,
     tenants.revoke_api_key,
+    tenants.put_routing,
+    tenants.get_routing,
     schemas.list_event_types,
     schemas.register_schema,
     schemas.list_schema_versions,

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, select, tuple_
+from sqlalchemy import and_, literal, null, select, tuple_, union_all
 
 from events_api.storage.database import Database
-from events_api.storage.tables import idempotency_keys, outbox
+from events_api.storage.tables import dead_letters, idempotency_keys, outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +121,27 @@ class EventStore:
         """get_events: events by (event id, received_at), which prunes to their partitions; in the given order."""
         if not refs:
             return []
-        stmt = select(*_EVENT_COLUMNS).where(
+        in_outbox = select(*_EVENT_COLUMNS).where(
             and_(
                 outbox.c.tenant_id == self.tenant_id,
                 tuple_(outbox.c.received_at, outbox.c.event_id).in_([(at, eid) for eid, at in refs]),
             )
         )
+        # Dead letters have left the outbox (so they never pin a partition); they are found here.
+        dead = select(
+            dead_letters.c.event_id,
+            dead_letters.c.event_type,
+            dead_letters.c.schema_version,
+            literal("dead_lettered"),
+            dead_letters.c.attempts,
+            dead_letters.c.received_at,
+            null(),
+            dead_letters.c.original_topic,
+            null(),
+            null(),
+            dead_letters.c.last_error,
+        ).where(dead_letters.c.tenant_id == self.tenant_id, dead_letters.c.event_id.in_([eid for eid, _ in refs]))
+        stmt = union_all(in_outbox, dead)
         async with self.db.autocommit() as conn:
             found = {row.event_id: EventRecord(*row) for row in await conn.execute(stmt)}
         return [found[eid] for eid, _ in refs if eid in found]

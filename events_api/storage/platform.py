@@ -10,8 +10,9 @@ from datetime import datetime
 from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from events_api.routing import Routing
 from events_api.storage.database import Database
-from events_api.storage.tables import api_keys, tenants
+from events_api.storage.tables import api_keys, tenant_routing, tenants
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +102,29 @@ class PlatformStore:
             expires_at=row.expires_at,
             revoked_at=row.revoked_at,
         )
+
+    async def put_routing(self, tenant_id: str, routing: Routing, now: datetime) -> None:
+        """put_routing: set a tenant's routing (insert or replace)."""
+        values = {
+            "topic_template": routing.topic_template,
+            "dead_letter_topic": routing.dead_letter_topic,
+            "topics": routing.topics,
+            "cluster": routing.cluster,
+            "updated_at": now,
+        }
+        stmt = pg_insert(tenant_routing).values(tenant_id=tenant_id, **values)
+        stmt = stmt.on_conflict_do_update(index_elements=[tenant_routing.c.tenant_id], set_=values)
+        async with self.db.transaction() as conn:
+            await conn.execute(stmt)
+
+    async def get_routing(self, tenant_id: str) -> Routing:
+        """get_routing: a tenant's routing, or the defaults when it never set one."""
+        stmt = select(
+            tenant_routing.c.topic_template,
+            tenant_routing.c.dead_letter_topic,
+            tenant_routing.c.topics,
+            tenant_routing.c.cluster,
+        ).where(tenant_routing.c.tenant_id == tenant_id)
+        async with self.db.autocommit() as conn:
+            row = (await conn.execute(stmt)).first()
+        return Routing() if row is None else Routing(row[0], row[1], dict(row[2]), row[3])

@@ -143,3 +143,39 @@ outbox = Table(
     Index("ix_outbox_pending_lane_seq", "lane", "seq", postgresql_where=text("state = 'pending'")),
     postgresql_partition_by="RANGE (received_at)",
 )
+
+# Where a tenant's events go: topic template, per-type overrides, dead-letter topic, Kafka cluster name.
+tenant_routing = Table(
+    "tenant_routing",
+    metadata,
+    Column("tenant_id", Text, ForeignKey("tenants.id"), primary_key=True),
+    Column("topic_template", Text, nullable=False),
+    Column("dead_letter_topic", Text, nullable=False),
+    Column("topics", JSONB, nullable=False),
+    Column("cluster", Text, nullable=False),
+    _timestamp("updated_at"),
+)
+
+# Events that could not be delivered, moved out of the outbox so they never block their lane or pin a
+# partition; redriving moves them back.
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("event_id", Text, nullable=False),
+    _timestamp("received_at"),
+    Column("event_type", Text, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("partition_key", Text, nullable=True),
+    Column("idempotency_key", Text, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("headers", JSONB, nullable=True),
+    Column("traceparent", Text, nullable=True),
+    _timestamp("occurred_at", nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("last_error", Text, nullable=False),
+    Column("original_topic", Text, nullable=True),
+    _timestamp("dead_lettered_at"),
+    PrimaryKeyConstraint("tenant_id", "event_id"),
+    Index(None, "tenant_id", "event_type", "dead_lettered_at"),
+)

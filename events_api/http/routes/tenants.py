@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from litestar import delete, post
+from litestar import delete, get, post, put
 from litestar.params import FromPath
 
 from events_api.decoding import decode_body
 from events_api.http.routes import problems
 from events_api.http.services import AnyRequest, authorize_admin, read_body, services
-from events_api.models import ApiKeyCreated, ApiKeyIn, Tenant, TenantIn
+from events_api.models import ApiKeyCreated, ApiKeyIn, RoutingIn, RoutingOut, Tenant, TenantIn
 
 ADMIN = (400, 401, 403, 415, 422, 503)
 
@@ -54,3 +54,29 @@ async def revoke_api_key(request: AnyRequest, tenant: FromPath[str], key_id: Fro
     await authorize_admin(request)
     svc = services(request)
     await svc.tenants.revoke_key(tenant, key_id, svc.clock())
+
+
+@put(
+    "/v1/tenants/{tenant:str}/routing",
+    tags=["admin"],
+    summary="Set where a tenant's events go: topic template, per-type topics, dead-letter topic, cluster",
+    description="Omitted fields take their defaults. The relay picks a change up within a few seconds.",
+    responses=problems(*ADMIN, 404),
+    opt={"request_body": RoutingIn},
+)
+async def put_routing(request: AnyRequest, tenant: FromPath[str]) -> RoutingOut:
+    await authorize_admin(request)
+    _, body = await read_body(request, ("application/json",))
+    svc = services(request)
+    return await svc.tenants.put_routing(tenant, decode_body(body, RoutingIn), svc.clock())
+
+
+@get(
+    "/v1/tenants/{tenant:str}/routing",
+    tags=["admin"],
+    summary="Where a tenant's events go (the defaults until it is set)",
+    responses=problems(400, 401, 403, 404, 503),
+)
+async def get_routing(request: AnyRequest, tenant: FromPath[str]) -> RoutingOut:
+    await authorize_admin(request)
+    return await services(request).tenants.get_routing(tenant)

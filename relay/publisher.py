@@ -1,0 +1,113 @@
+"""Producing records to the Kafka clusters the relay knows, and waiting for their delivery reports.
+
+One idempotent producer per named cluster (`enable.idempotence`, `acks=all`: librdkafka keeps the
+order within a partition across its retries). A batch is produced, then flushed in a thread (so the
+event loop stays free); each record ends with its coordinates or with an error name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from relay.records import KafkaRecord
+
+log = logging.getLogger("relay.publisher")
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "message.timeout.ms": 15000,
+    "queue.buffering.max.messages": 500000,
+    "queue.buffering.max.kbytes": 1048576,
+}
+FLUSH_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: str  # the librdkafka error name, e.g. MSG_SIZE_TOO_LARGE, _MSG_TIMED_OUT, UNKNOWN_CLUSTER
+    detail: str
+
+
+Outcome = Delivered | Failed
+
+
+class KafkaPublisher:
+    def __init__(self, clusters: Mapping[str, str], overrides: Mapping[str, Any] | None = None) -> None:
+        self.clusters = dict(clusters)
+        self.overrides = dict(overrides or {})
+        self._producers: dict[str, Any] = {}
+
+    def _producer(self, cluster: str) -> Any | None:
+        if cluster not in self.clusters:
+            return None
+        if cluster not in self._producers:
+            config = {**PRODUCER_DEFAULTS, **self.overrides, "bootstrap.servers": self.clusters[cluster]}
+            config["client.id"] = f"events-api-relay-{cluster}"
+            self._producers[cluster] = Producer(config)
+        return self._producers[cluster]
+
+    async def publish(self, records: Sequence[KafkaRecord]) -> list[Outcome]:
+        outcomes: list[Outcome | None] = [None] * len(records)
+        used: dict[str, Any] = {}
+        fatal: set[str] = set()
+
+        def on_delivery(index: int, cluster: str) -> Any:
+            def report(err: KafkaError | None, msg: Any) -> None:
+                if err is None:
+                    outcomes[index] = Delivered(msg.topic(), msg.partition(), msg.offset())
+                else:
+                    outcomes[index] = Failed(err.name(), err.str())
+                    if err.fatal():
+                        fatal.add(cluster)
+
+            return report
+
+        for index, record in enumerate(records):
+            producer = self._producer(record.cluster)
+            if producer is None:
+                outcomes[index] = Failed("UNKNOWN_CLUSTER", f"the relay knows no Kafka cluster {record.cluster!r}")
+                continue
+            used[record.cluster] = producer
+            while True:
+                try:
+                    producer.produce(
+                        record.topic,
+                        value=record.value,
+                        key=record.key,
+                        headers=record.headers,
+                        on_delivery=on_delivery(index, record.cluster),
+                    )
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain
+                    await asyncio.to_thread(producer.poll, 0.1)
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    outcomes[index] = Failed(err.name(), err.str())
+                    break
+        for producer in used.values():
+            await asyncio.to_thread(producer.flush, FLUSH_SECONDS)
+        for cluster in fatal:
+            # An idempotent producer that hit a fatal error (e.g. its producer id was lost) is unusable.
+            log.warning("Kafka producer for cluster %s hit a fatal error; starting a new one", cluster)
+            self._producers.pop(cluster, None)
+        return [o if o is not None else Failed("_MSG_TIMED_OUT", "no delivery report in time") for o in outcomes]
+
+    def close(self) -> None:
+        for producer in self._producers.values():
+            producer.flush(FLUSH_SECONDS)
+        self._producers.clear()

@@ -1,0 +1,211 @@
+"""The relay loop: own lanes, claim due events in sequence order, produce them, settle the batch.
+
+    ┌─────────────┐ claim (per lane, by seq) ┌──────────┐ delivery reports ┌────────────────────────┐
+    │ pending     │ ───────────────────────▶ │ produce  │ ───────────────▶ │ settle in 1 statement  │
+    └─────────────┘ ◀── retry: backoff ───── └──────────┘                  │ published / retry /    │
+                                                                            │ dead letter (moved)    │
+                                                                            └────────────────────────┘
+
+Delivery is at least once: a relay that dies between producing and settling leaves its events
+pending, and whoever owns the lane next publishes them again (consumers deduplicate by `ce_id`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from events_api.routing import Routing
+from events_api.settings import Settings
+from events_api.storage.relay import ClaimedEvent, RelayStore, Settlement
+from relay.lanes import plan
+from relay.publisher import Delivered, Failed, KafkaPublisher
+from relay.records import KafkaRecord, dead_letter_record, record_for
+from relay.retry import gives_up, is_permanent, next_attempt
+
+log = logging.getLogger("relay")
+
+PER_LANE = 500
+IDLE_WAIT_SECONDS = 0.5  # poll fallback when no NOTIFY arrives
+REBALANCE_SECONDS = 1.0
+RECONNECT_SECONDS = 1.0
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Relay:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        producer_overrides: Mapping[str, Any] | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.store = RelayStore(settings.psycopg_conninfo)
+        self.publisher = KafkaPublisher(settings.kafka_cluster_servers(), producer_overrides)
+        self.batch_size = settings.relay_batch_size
+        self.clock = clock
+        self.rand = rand
+        self.owned: set[int] = set()
+        # Observable by tests and (later) metrics.
+        self.published = 0
+        self.dead_lettered = 0
+        self.retried = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop` is set: serve, and after a lost database connect again. Returns after a graceful stop."""
+        try:
+            while not stop.is_set():
+                try:
+                    await self.store.connect()
+                    log.info("relay connected; taking lanes")
+                    await self._serve(stop)
+                except psycopg.OperationalError as exc:
+                    log.warning("database unavailable (%s); lanes released, retrying", type(exc).__name__)
+                    self.owned.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), RECONNECT_SECONDS)
+                finally:
+                    await self.store.close()  # closing the session releases every lane lock
+        finally:
+            self.publisher.close()
+            log.info("relay stopped (published %d, retried %d, dead-lettered %d)", *self._counts())
+
+    def _counts(self) -> tuple[int, int, int]:
+        return self.published, self.retried, self.dead_lettered
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        rebalanced = -REBALANCE_SECONDS
+        while not stop.is_set():
+            if time.monotonic() - rebalanced >= REBALANCE_SECONDS:
+                await self._rebalance()
+                rebalanced = time.monotonic()
+            batch = await self.store.claim(sorted(self.owned), self.clock(), limit=self.batch_size, per_lane=PER_LANE)
+            if not batch:
+                await self.store.wait_for_events(IDLE_WAIT_SECONDS)
+                continue
+            settlements = await self._deliver(batch)
+            published, retried, dead = await self.store.settle(settlements, self.clock())
+            self.published += published
+            self.retried += retried
+            self.dead_lettered += dead
+            if retried or dead:
+                log.info("batch of %d: %d published, %d to retry, %d dead-lettered", len(batch), *self._counts())
+
+    async def _rebalance(self) -> None:
+        live = await self.store.live_relays()
+        held = await self.store.owned_by_anyone()
+        lanes = plan(self.owned, held, live)
+        if lanes.release:
+            await self.store.release_lanes(lanes.release)
+            self.owned.difference_update(lanes.release)
+            log.info("released %d lanes (%d relays live); own %d", len(lanes.release), live, len(self.owned))
+        if lanes.want > 0:
+            taken = await self.store.take_lanes(lanes.take_from, lanes.want)
+            if taken:
+                self.owned |= taken
+                log.info("took %d lanes (%d relays live); own %d", len(taken), live, len(self.owned))
+
+    async def _deliver(self, batch: list[ClaimedEvent]) -> list[Settlement]:
+        routings = await self.store.routings(sorted({e.tenant_id for e in batch}))
+        now = self.clock()
+        records: list[KafkaRecord] = []
+        positions: list[int] = []
+        topics: list[str | None] = [None] * len(batch)
+        outcomes: list[Delivered | Failed | None] = [None] * len(batch)
+        for index, event in enumerate(batch):
+            record = record_for(event, routings[event.tenant_id])
+            if isinstance(record, str):
+                outcomes[index] = Failed(record, f"the routing gives no valid destination ({record})")
+            else:
+                records.append(record)
+                positions.append(index)
+                topics[index] = record.topic
+        for index, outcome in zip(positions, await self.publisher.publish(records), strict=True):
+            outcomes[index] = outcome
+
+        settlements: list[Settlement] = []
+        doomed: list[tuple[ClaimedEvent, Failed, str | None]] = []
+        for event, result, topic in zip(batch, outcomes, topics, strict=True):
+            if isinstance(result, Delivered):
+                settlements.append(Settlement(event, "published", result.topic, result.partition, result.offset))
+            elif result is not None and (is_permanent(result.error) or gives_up(event.attempts + 1)):
+                doomed.append((event, result, topic))
+            else:
+                failure = result or Failed("_MSG_TIMED_OUT", "no delivery report")
+                settlements.append(
+                    Settlement(
+                        event,
+                        "retry",
+                        error=f"{failure.error}: {failure.detail}",
+                        next_attempt_at=next_attempt(event.attempts, now, self.rand),
+                    )
+                )
+        settlements.extend(await self._bury(doomed, routings, now))
+        return settlements
+
+    async def _bury(
+        self, doomed: list[tuple[ClaimedEvent, Failed, str | None]], routings: Mapping[str, Routing], now: datetime
+    ) -> list[Settlement]:
+        """Send each doomed event to its tenant's dead-letter topic, then settle it as dead; an event whose
+        dead-letter record cannot be delivered either stays pending and is tried again later."""
+        if not doomed:
+            return []
+        settlements: list[Settlement] = []
+        for with_value in (True, False):
+            records: list[KafkaRecord] = []
+            pending: list[tuple[ClaimedEvent, Failed, str | None]] = []
+            for event, failure, original in doomed:
+                record = dead_letter_record(
+                    event,
+                    routings[event.tenant_id],
+                    error=f"{failure.error}: {failure.detail}",
+                    attempts=event.attempts + 1,
+                    original_topic=original,
+                    with_value=with_value,
+                )
+                if isinstance(record, str):
+                    # No usable dead-letter topic: the dead-letters table still keeps the event.
+                    settlements.append(
+                        Settlement(event, "dead", topic=original, error=f"{failure.error}: {failure.detail}")
+                    )
+                    continue
+                records.append(record)
+                pending.append((event, failure, original))
+            results = await self.publisher.publish(records)
+            doomed = []
+            for (event, failure, original), result in zip(pending, results, strict=True):
+                error = f"{failure.error}: {failure.detail}"
+                if isinstance(result, Delivered):
+                    settlements.append(Settlement(event, "dead", topic=original, error=error))
+                elif with_value and is_permanent(result.error):
+                    doomed.append((event, failure, original))  # try once more without the value
+                else:
+                    settlements.append(
+                        Settlement(
+                            event, "retry", error=error, next_attempt_at=next_attempt(event.attempts, now, self.rand)
+                        )
+                    )
+            if not doomed:
+                break
+        for event, failure, _ in doomed:
+            settlements.append(
+                Settlement(
+                    event,
+                    "retry",
+                    error=f"{failure.error}: {failure.detail}",
+                    next_attempt_at=next_attempt(event.attempts, now, self.rand),
+                )
+            )
+        return settlements
