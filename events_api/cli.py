@@ -58,8 +58,14 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _relay(_: argparse.Namespace, settings: Settings) -> int:
-    import asyncio
     import signal
+
+    # A stop signal during start-up (before the loop's handlers exist) still means a clean exit.
+    early: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: early.append(number))
+
+    import asyncio
 
     from events_api.logs import setup_logging
     from relay.relay import Relay
@@ -72,6 +78,8 @@ def _relay(_: argparse.Namespace, settings: Settings) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)  # finish the batch in hand, settle it, release the lanes
+        if early:
+            stop.set()
         await Relay(settings).run(stop)
 
     asyncio.run(run())

@@ -28,6 +28,18 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.kbytes": 1048576,
 }
 FLUSH_SECONDS = 30.0
+# After these an idempotent producer is unusable: a broker that lost its state (a restart) answers its old
+# producer id with UNKNOWN_PRODUCER_ID, which librdkafka retries until every record times out.
+_REPLACE_PRODUCER = frozenset(
+    {
+        "_MSG_TIMED_OUT",
+        "UNKNOWN_PRODUCER_ID",
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "_FATAL",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +76,7 @@ class KafkaPublisher:
     async def publish(self, records: Sequence[KafkaRecord]) -> list[Outcome]:
         outcomes: list[Outcome | None] = [None] * len(records)
         used: dict[str, Any] = {}
-        fatal: set[str] = set()
+        broken: set[str] = set()
 
         def on_delivery(index: int, cluster: str) -> Any:
             def report(err: KafkaError | None, msg: Any) -> None:
@@ -72,8 +84,8 @@ class KafkaPublisher:
                     outcomes[index] = Delivered(msg.topic(), msg.partition(), msg.offset())
                 else:
                     outcomes[index] = Failed(err.name(), err.str())
-                    if err.fatal():
-                        fatal.add(cluster)
+                    if err.fatal() or err.name() in _REPLACE_PRODUCER:
+                        broken.add(cluster)
 
             return report
 
@@ -98,14 +110,24 @@ class KafkaPublisher:
                 except KafkaException as exc:
                     err = exc.args[0]
                     outcomes[index] = Failed(err.name(), err.str())
+                    if err.fatal() or err.name() in _REPLACE_PRODUCER:
+                        broken.add(record.cluster)
                     break
-        for producer in used.values():
-            await asyncio.to_thread(producer.flush, FLUSH_SECONDS)
-        for cluster in fatal:
-            # An idempotent producer that hit a fatal error (e.g. its producer id was lost) is unusable.
-            log.warning("Kafka producer for cluster %s hit a fatal error; starting a new one", cluster)
-            self._producers.pop(cluster, None)
+        for cluster, producer in used.items():
+            try:
+                await asyncio.to_thread(producer.flush, FLUSH_SECONDS)
+            except KafkaException as exc:  # a fatal error surfaces here too
+                log.warning("Kafka producer for cluster %s failed: %s", cluster, exc.args[0].name())
+                broken.add(cluster)
+        for cluster in broken:
+            log.warning("replacing the Kafka producer for cluster %s", cluster)
+            self._discard(cluster)
         return [o if o is not None else Failed("_MSG_TIMED_OUT", "no delivery report in time") for o in outcomes]
+
+    def _discard(self, cluster: str) -> None:
+        producer = self._producers.pop(cluster, None)
+        if producer is not None:
+            producer.purge()  # drop what it still holds, so destroying it does not wait on a dead broker
 
     def close(self) -> None:
         for producer in self._producers.values():

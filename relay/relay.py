@@ -33,7 +33,7 @@ from relay.retry import gives_up, is_permanent, next_attempt
 
 log = logging.getLogger("relay")
 
-PER_LANE = 500
+MIN_PER_LANE = 16
 IDLE_WAIT_SECONDS = 0.5  # poll fallback when no NOTIFY arrives
 REBALANCE_SECONDS = 1.0
 RECONNECT_SECONDS = 1.0
@@ -58,6 +58,9 @@ class Relay:
         self.clock = clock
         self.rand = rand
         self.owned: set[int] = set()
+        # How deep to read into each lane per claim: an even share of the batch to start with, doubled
+        # while some lane fills its share (a hot key), halved again when none does.
+        self.per_lane = MIN_PER_LANE
         # Observable by tests and (later) metrics.
         self.published = 0
         self.dead_lettered = 0
@@ -91,7 +94,10 @@ class Relay:
             if time.monotonic() - rebalanced >= REBALANCE_SECONDS:
                 await self._rebalance()
                 rebalanced = time.monotonic()
-            batch = await self.store.claim(sorted(self.owned), self.clock(), limit=self.batch_size, per_lane=PER_LANE)
+            batch = await self.store.claim(
+                sorted(self.owned), self.clock(), limit=self.batch_size, per_lane=self.per_lane
+            )
+            self._adapt_depth(batch)
             if not batch:
                 await self.store.wait_for_events(IDLE_WAIT_SECONDS)
                 continue
@@ -102,6 +108,16 @@ class Relay:
             self.dead_lettered += dead
             if retried or dead:
                 log.info("batch of %d: %d published, %d to retry, %d dead-lettered", len(batch), *self._counts())
+
+    def _adapt_depth(self, batch: list[ClaimedEvent]) -> None:
+        share = max(MIN_PER_LANE, -(-self.batch_size // max(1, len(self.owned))))
+        per_lane: dict[int, int] = {}
+        for event in batch:
+            per_lane[event.lane] = per_lane.get(event.lane, 0) + 1
+        if per_lane and max(per_lane.values()) >= self.per_lane:
+            self.per_lane = min(self.batch_size, self.per_lane * 2)
+        else:
+            self.per_lane = max(share, self.per_lane // 2)
 
     async def _rebalance(self) -> None:
         live = await self.store.live_relays()
