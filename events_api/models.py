@@ -231,6 +231,36 @@ class EventStatusList(Struct):
     events: list[EventStatus]
 
 
+class DeadLetterOut(Struct):
+    event_id: str
+    event_type: str
+    schema_version: int
+    partition_key: str | None
+    attempts: int
+    last_error: str
+    original_topic: str | None
+    received_at: datetime
+    dead_lettered_at: datetime
+
+
+class DeadLetterPage(Struct):
+    dead_letters: list[DeadLetterOut]
+    next_cursor: str | None
+
+
+class RedriveIn(Struct, forbid_unknown_fields=True):
+    event_type: EventType | None = None
+
+
+class RedriveOne(Struct):
+    event_id: str
+    status: Literal["pending"]
+
+
+class RedriveCount(Struct):
+    count: int
+
+
 class Health(Struct):
     status: str
     checks: dict[str, str] = msgspec.field(default_factory=dict)

@@ -174,8 +174,9 @@ class Relay:
     async def _bury(
         self, doomed: list[tuple[ClaimedEvent, Failed, str | None]], routings: Mapping[str, Routing], now: datetime
     ) -> list[Settlement]:
-        """Send each doomed event to its tenant's dead-letter topic, then settle it as dead; an event whose
-        dead-letter record cannot be delivered either stays pending and is tried again later."""
+        """Send each doomed event to its tenant's dead-letter topic, then settle it as dead (without the value if
+        the value is what cannot be sent). An event whose dead-letter record fails only for now stays pending
+        and is tried again later."""
         if not doomed:
             return []
         settlements: list[Settlement] = []
@@ -207,6 +208,11 @@ class Relay:
                     settlements.append(Settlement(event, "dead", topic=original, error=error))
                 elif with_value and is_permanent(result.error):
                     doomed.append((event, failure, original))  # try once more without the value
+                elif is_permanent(result.error):
+                    # The dead-letter topic itself is unreachable for good (e.g. an unknown cluster): the
+                    # dead-letters table still keeps the event, listed and redrivable through the API.
+                    log.warning("dead-letter record for %s not sent: %s", event.event_id, result.error)
+                    settlements.append(Settlement(event, "dead", topic=original, error=error))
                 else:
                     settlements.append(
                         Settlement(

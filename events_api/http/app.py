@@ -13,10 +13,11 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 from events_api.announcements import VersionAnnouncements
+from events_api.dead_letters import DeadLetters
 from events_api.errors import Problem, StorageUnavailable
 from events_api.http.openapi import openapi_config, openapi_document
 from events_api.http.problems import http_exception_handler, internal_error_handler, problem_handler
-from events_api.http.routes import events, ops, schemas, tenants
+from events_api.http.routes import dead_letters, events, ops, schemas, tenants
 from events_api.http.services import AnyRequest, Services
 from events_api.ids import RandomBytes
 from events_api.ingest import Ingest
@@ -47,6 +48,9 @@ ROUTES = [
     events.publish_batch,
     events.get_event,
     events.find_event,
+    dead_letters.list_dead_letters,
+    dead_letters.redrive_dead_letter,
+    dead_letters.redrive_dead_letters,
 ]
 
 
@@ -72,6 +76,7 @@ def build_services(
         registry=registry,
         announcements=announcements,
         ingest=Ingest(db, registry, tenants, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
+        dead_letters=DeadLetters(db, now),
         clock=now,
     )
 

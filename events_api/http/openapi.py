@@ -65,7 +65,8 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
             if struct.__name__ == "EventIn":
                 media_types.append("application/cloudevents+json")
             operation["requestBody"] = {
-                "required": True,
+                # Optional when every member has a default (the body may then be left out).
+                "required": len(struct.__struct_defaults__) < len(struct.__struct_fields__),
                 "content": {m: {"schema": ref if m == "application/json" else {"type": "object"}} for m in media_types},
             }
         else:

@@ -11,6 +11,7 @@ from litestar import Request
 
 from events_api.announcements import VersionAnnouncements
 from events_api.auth import PlatformAdmin, Scope, TenantCaller, bearer_token
+from events_api.dead_letters import DeadLetters
 from events_api.errors import Forbidden, PayloadTooLarge, UnsupportedMediaType
 from events_api.ingest import Ingest
 from events_api.schemas import SchemaRegistry
@@ -29,6 +30,7 @@ class Services:
     registry: SchemaRegistry
     announcements: VersionAnnouncements
     ingest: Ingest
+    dead_letters: DeadLetters
     clock: Callable[[], datetime]
 
 

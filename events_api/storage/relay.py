@@ -137,11 +137,11 @@ WITH published AS (
     WHERE o.received_at = d.received_at AND o.event_id = d.event_id AND o.state = 'pending'
     RETURNING o.*, d.error AS dead_error, d.topic AS dead_topic
 ), buried AS (
-    INSERT INTO dead_letters (tenant_id, event_id, received_at, event_type, schema_version, partition_key,
+    INSERT INTO dead_letters (tenant_id, event_id, received_at, event_type, schema_version, partition_key, lane,
                               idempotency_key, payload, headers, traceparent, occurred_at, attempts, last_error,
                               original_topic, dead_lettered_at)
-    SELECT tenant_id, event_id, received_at, event_type, schema_version, partition_key, idempotency_key, payload,
-           headers, traceparent, occurred_at, attempts + 1, dead_error, dead_topic, %(now)s
+    SELECT tenant_id, event_id, received_at, event_type, schema_version, partition_key, lane, idempotency_key,
+           payload, headers, traceparent, occurred_at, attempts + 1, dead_error, dead_topic, %(now)s
     FROM moved
     RETURNING 1
 )

@@ -167,6 +167,7 @@ dead_letters = Table(
     Column("event_type", Text, nullable=False),
     Column("schema_version", Integer, nullable=False),
     Column("partition_key", Text, nullable=True),
+    Column("lane", SmallInteger, nullable=False),
     Column("idempotency_key", Text, nullable=False),
     Column("payload", LargeBinary, nullable=False),
     Column("headers", JSONB, nullable=True),

@@ -50,7 +50,7 @@ def _discard(producer: Producer) -> None:
 
 @pytest.fixture
 def new_producer() -> Iterator[NewProducer]:
-    """``newnew_producer(bootstrap, **config)``: a relay-like producer (idempotent, acks=all), closed after the test
+    """``new_producer(bootstrap, **config)``: a relay-like producer (idempotent, acks=all), closed after the test
     (unreferenced producers otherwise linger and log reconnect attempts to stopped brokers)."""
     made: list[Producer] = []
 
@@ -301,7 +301,6 @@ def test_outage_times_out_records_then_the_idempotent_producer_turns_fatal_after
             old.produce(topic, value=b"after-fatal")
         assert raised.value.args[0].code() == KafkaError._FATAL
         _discard(old)
-        del old
 
         # What the relay must do: a new Producer, which gets a fresh producer id and just works.
         new = new_producer(bootstrap)
@@ -338,7 +337,6 @@ def test_idempotent_producer_is_silently_stuck_after_a_quick_restart(new_produce
         assert reports.fatal == []
         old.produce(topic, value=b"still-accepted")  # no _FATAL: nothing tells the relay except the timeouts
         _discard(old)
-        del old
         new = new_producer(broker.bootstrap)
         new.produce(topic, key=b"k", value=b"fresh", on_delivery=reports)
         assert new.flush(10) == 0

@@ -314,3 +314,49 @@ async def test_events_wait_for_a_broker_restart(relay_db: str) -> None:
             assert max(st["attempts"] for st in statuses) >= 2
         records = consume_all(broker.bootstrap, f"{s.tenant.id}.order.created", expected=len(during), timeout=15)
         assert [r.headers["ce_id"].decode() for r in records] == during  # the broker forgot `first` on restart
+
+
+async def test_dead_letters_are_listed_and_redriven_once_the_cause_is_fixed(
+    relay_db: str, kafka_broker: Broker
+) -> None:
+    async with stack(relay_db) as s, relay_running(relay_db, {"default": kafka_broker.bootstrap}):
+        routing = f"/v1/tenants/{s.tenant.id}/routing"
+        assert (await s.api.put(routing, json={"cluster": "nowhere"}, headers=ADMIN)).status_code == 200
+        lost = [await s.publish("order.created", n, key="k") for n in range(3)]
+        await s.drained()
+        assert {(await s.status(e))["status"] for e in lost} == {"dead_lettered"}
+
+        page = await s.api.get("/v1/dead-letters", params={"limit": 2}, headers=s.tenant.auth)
+        assert page.status_code == 200
+        first = page.json()
+        assert [d["event_id"] for d in first["dead_letters"]] == lost[:2]
+        assert "UNKNOWN_CLUSTER" in first["dead_letters"][0]["last_error"]
+        rest = await s.api.get(
+            "/v1/dead-letters", params={"limit": 2, "cursor": first["next_cursor"]}, headers=s.tenant.auth
+        )
+        assert [d["event_id"] for d in rest.json()["dead_letters"]] == lost[2:]
+        assert rest.json()["next_cursor"] is None
+        assert (
+            await s.api.get("/v1/dead-letters", params={"cursor": "junk!"}, headers=s.tenant.auth)
+        ).status_code == 400
+
+        assert (await s.api.put(routing, json={}, headers=ADMIN)).status_code == 200  # the cause, fixed
+        one = await s.api.post(f"/v1/dead-letters/{lost[0]}/redrive", headers=s.tenant.auth)
+        assert (one.status_code, one.json()) == (202, {"event_id": lost[0], "status": "pending"})
+        assert (await s.api.post(f"/v1/dead-letters/{lost[0]}/redrive", headers=s.tenant.auth)).status_code == 404
+        await s.drained()
+        assert (await s.status(lost[0]))["status"] == "published"
+        rest_of_them = await s.api.post(
+            "/v1/dead-letters/redrive", json={"event_type": "order.created"}, headers=s.tenant.auth
+        )
+        assert (rest_of_them.status_code, rest_of_them.json()) == (202, {"count": 2})
+        await s.drained()
+        assert {(await s.status(e))["status"] for e in lost} == {"published"}
+        empty = await s.api.get("/v1/dead-letters", headers=s.tenant.auth)
+        assert empty.json() == {"dead_letters": [], "next_cursor": None}
+
+        other = await new_tenant(s.api)
+        assert (await s.api.get("/v1/dead-letters", headers=other.auth)).json()["dead_letters"] == []
+        assert (await s.api.post(f"/v1/dead-letters/{lost[0]}/redrive", headers=other.auth)).status_code == 404
+    records = consume_all(kafka_broker.bootstrap, f"{s.tenant.id}.order.created", expected=3, timeout=15)
+    assert sorted(r.headers["ce_id"].decode() for r in records) == sorted(lost)

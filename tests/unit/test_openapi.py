@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+BODILESS = {("/v1/dead-letters/{event_id}/redrive", "post")}
 
 
 def _generated() -> str:
@@ -37,7 +38,7 @@ def test_every_operation_is_documented() -> None:
             for code, response in operation["responses"].items():
                 if code[0] in "45":
                     assert "application/problem+json" in response["content"], (path, method, code)
-        if method in {"post", "put"} and path.startswith("/v1/"):
+        if method in {"post", "put"} and path.startswith("/v1/") and (path, method) not in BODILESS:
             assert "requestBody" in operation, (path, method)
     publish = document["paths"]["/v1/events"]["post"]
     assert {p["name"] for p in publish["parameters"]} >= {"Idempotency-Key"}

@@ -39,6 +39,7 @@ def upgrade() -> None:
         sa.Column("event_type", sa.Text(), nullable=False),
         sa.Column("schema_version", sa.Integer(), nullable=False),
         sa.Column("partition_key", sa.Text(), nullable=True),
+        sa.Column("lane", sa.SmallInteger(), nullable=False),
         sa.Column("idempotency_key", sa.Text(), nullable=False),
         sa.Column("payload", sa.LargeBinary(), nullable=False),
         sa.Column("headers", postgresql.JSONB(), nullable=True),

@@ -1,0 +1,64 @@
+"""Dead letters (`dead-letters:manage`): list them, and send them through the relay again."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import get, post
+from litestar.params import FromPath, QueryParameter
+from litestar.response import Response
+
+from events_api.auth import Scope
+from events_api.decoding import decode_body
+from events_api.http.routes import AUTHED, problems
+from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
+from events_api.models import DeadLetterPage, RedriveCount, RedriveIn, RedriveOne
+
+
+@get(
+    "/v1/dead-letters",
+    tags=["dead letters"],
+    summary="The tenant's dead letters, oldest first, with their last error",
+    responses=problems(*AUTHED, 422),
+)
+async def list_dead_letters(
+    request: AnyRequest,
+    event_type: Annotated[str | None, QueryParameter()] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=500)] = 100,
+    cursor: Annotated[str | None, QueryParameter(description="`next_cursor` of the previous page")] = None,
+) -> DeadLetterPage:
+    caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
+    return await services(request).dead_letters.page(
+        caller.tenant_id, event_type=event_type, limit=limit, cursor=cursor
+    )
+
+
+@post(
+    "/v1/dead-letters/{event_id:str}/redrive",
+    tags=["dead letters"],
+    summary="Deliver a dead letter again (it goes back to the end of its lane)",
+    status_code=202,
+    responses=problems(*AUTHED, 404),
+)
+async def redrive_dead_letter(request: AnyRequest, event_id: FromPath[str]) -> RedriveOne:
+    caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
+    await services(request).dead_letters.redrive_one(caller.tenant_id, event_id)
+    return RedriveOne(event_id, "pending")
+
+
+@post(
+    "/v1/dead-letters/redrive",
+    tags=["dead letters"],
+    summary="Deliver every dead letter again (or those of one event type)",
+    status_code=202,
+    responses=problems(*AUTHED, 415, 422),
+    opt={"request_body": RedriveIn},
+)
+async def redrive_dead_letters(request: AnyRequest) -> Response[RedriveCount]:
+    caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
+    event_type = None
+    if request.headers.get("content-length", "0") != "0":
+        _, body = await read_body(request, ("application/json",))
+        event_type = decode_body(body, RedriveIn).event_type
+    count = await services(request).dead_letters.redrive_all(caller.tenant_id, event_type)
+    return Response(RedriveCount(count), status_code=202)
