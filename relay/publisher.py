@@ -54,6 +54,11 @@ class Failed:
     error: str  # the librdkafka error name, e.g. MSG_SIZE_TOO_LARGE, _MSG_TIMED_OUT, UNKNOWN_CLUSTER
     detail: str
 
+    @property
+    def text(self) -> str:
+        """As stored in `last_error` and sent in the dead-letter `error` header."""
+        return f"{self.error}: {self.detail}"
+
 
 Outcome = Delivered | Failed
 

@@ -160,14 +160,7 @@ class Relay:
                 doomed.append((event, result, topic))
             else:
                 failure = result or Failed("_MSG_TIMED_OUT", "no delivery report")
-                settlements.append(
-                    Settlement(
-                        event,
-                        "retry",
-                        error=f"{failure.error}: {failure.detail}",
-                        next_attempt_at=next_attempt(event.attempts, now, self.rand),
-                    )
-                )
+                settlements.append(self._retry(event, failure.text, now))
         settlements.extend(await self._bury(doomed, routings, now))
         return settlements
 
@@ -187,23 +180,21 @@ class Relay:
                 record = dead_letter_record(
                     event,
                     routings[event.tenant_id],
-                    error=f"{failure.error}: {failure.detail}",
+                    error=failure.text,
                     attempts=event.attempts + 1,
                     original_topic=original,
                     with_value=with_value,
                 )
                 if isinstance(record, str):
                     # No usable dead-letter topic: the dead-letters table still keeps the event.
-                    settlements.append(
-                        Settlement(event, "dead", topic=original, error=f"{failure.error}: {failure.detail}")
-                    )
+                    settlements.append(Settlement(event, "dead", topic=original, error=failure.text))
                     continue
                 records.append(record)
                 pending.append((event, failure, original))
             results = await self.publisher.publish(records)
             doomed = []
             for (event, failure, original), result in zip(pending, results, strict=True):
-                error = f"{failure.error}: {failure.detail}"
+                error = failure.text
                 if isinstance(result, Delivered):
                     settlements.append(Settlement(event, "dead", topic=original, error=error))
                 elif with_value and is_permanent(result.error):
@@ -214,20 +205,10 @@ class Relay:
                     log.warning("dead-letter record for %s not sent: %s", event.event_id, result.error)
                     settlements.append(Settlement(event, "dead", topic=original, error=error))
                 else:
-                    settlements.append(
-                        Settlement(
-                            event, "retry", error=error, next_attempt_at=next_attempt(event.attempts, now, self.rand)
-                        )
-                    )
+                    settlements.append(self._retry(event, error, now))
             if not doomed:
                 break
-        for event, failure, _ in doomed:
-            settlements.append(
-                Settlement(
-                    event,
-                    "retry",
-                    error=f"{failure.error}: {failure.detail}",
-                    next_attempt_at=next_attempt(event.attempts, now, self.rand),
-                )
-            )
         return settlements
+
+    def _retry(self, event: ClaimedEvent, error: str, now: datetime) -> Settlement:
+        return Settlement(event, "retry", error=error, next_attempt_at=next_attempt(event.attempts, now, self.rand))

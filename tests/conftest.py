@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -44,18 +45,27 @@ def _with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-@pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
-    """A new database for this test run, migrated to head, dropped afterwards."""
+@contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """A new database on the test server, migrated to head, dropped afterwards."""
     admin_url = os.environ.get("EVENTS_API_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    name = f"events_api_test_{os.getpid()}_{secrets.token_hex(3)}"
+    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(3)}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = _with_database(admin_url, name)
-    migrate(Settings(database_url=url).sqlalchemy_url, now=datetime.now(UTC), partitions_ahead_days=3)
-    yield url
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        migrate(Settings(database_url=url).sqlalchemy_url, now=datetime.now(UTC), partitions_ahead_days=3)
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """The database this test run shares (each test isolates its data by tenant)."""
+    with fresh_database("events_api_test") as url:
+        yield url
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -24,9 +23,8 @@ import pytest
 
 from events_api.http.app import build_services, create_app
 from events_api.settings import Settings
-from events_api.storage.migrate import migrate
 from relay.relay import Relay
-from tests.conftest import ADMIN, ADMIN_TOKEN, TenantFixture, _with_database, new_tenant
+from tests.conftest import ADMIN, ADMIN_TOKEN, TenantFixture, fresh_database, new_tenant
 from tests.support.asgi import running
 from tests.support.kafka import Broker, broker_fixture, consume_all, running_broker
 
@@ -36,17 +34,10 @@ FAST_FAILURES = {"message.timeout.ms": 3000}
 
 
 @pytest.fixture
-def relay_db(database_url: str) -> Iterator[str]:
+def relay_db() -> Iterator[str]:
     """A database of its own, so the relay sees only this test's events."""
-    admin_url = os.environ.get("EVENTS_API_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    name = f"events_api_relay_{secrets.token_hex(4)}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = _with_database(admin_url, name)
-    migrate(Settings(database_url=url).sqlalchemy_url, now=datetime.now(UTC), partitions_ahead_days=2)
-    yield url
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database("events_api_relay") as url:
+        yield url
 
 
 @dataclass
