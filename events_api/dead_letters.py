@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
 from datetime import datetime
 
 import msgspec
@@ -32,9 +31,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 class DeadLetters:
-    def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
-        self.clock = clock
 
     async def page(self, tenant_id: str, *, event_type: str | None, limit: int, cursor: str | None) -> DeadLetterPage:
         if event_type is not None:
@@ -59,15 +57,11 @@ class DeadLetters:
         return DeadLetterPage(items, next_cursor)
 
     async def redrive_one(self, tenant_id: str, event_id: str) -> None:
-        moved = await DeadLetterStore(self.db, tenant_id).redrive(
-            event_ids=[event_id], event_type=None, now=self.clock()
-        )
+        moved = await DeadLetterStore(self.db, tenant_id).redrive(event_ids=[event_id], event_type=None)
         if not moved:
             raise NotFound(f"no dead letter {event_id[:80]!r}")
 
     async def redrive_all(self, tenant_id: str, event_type: str | None) -> int:
         if event_type is not None:
             check_event_type(event_type)
-        return await DeadLetterStore(self.db, tenant_id).redrive(
-            event_ids=None, event_type=event_type, now=self.clock()
-        )
+        return await DeadLetterStore(self.db, tenant_id).redrive(event_ids=None, event_type=event_type)

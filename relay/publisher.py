@@ -124,6 +124,9 @@ class KafkaPublisher:
             except KafkaException as exc:  # a fatal error surfaces here too
                 log.warning("Kafka producer for cluster %s failed: %s", cluster, exc.args[0].name())
                 broken.add(cluster)
+        for index, record in enumerate(records):
+            if outcomes[index] is None:  # still queued after the flush: that producer cannot be trusted
+                broken.add(record.cluster)
         for cluster in broken:
             log.warning("replacing the Kafka producer for cluster %s", cluster)
             self._discard(cluster)

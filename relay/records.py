@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -65,3 +66,28 @@ def dead_letter_record(
         headers.append(("value_omitted", b"the value could not be sent; fetch it with GET /v1/dead-letters"))
     key = (event.partition_key if event.partition_key is not None else event.event_id).encode()
     return KafkaRecord(routing.cluster, topic, key, event.payload if with_value else None, headers)
+
+
+def held_back(
+    ordering_keys: Sequence[tuple[str, str] | None], destinations: Sequence[tuple[str, str] | None]
+) -> list[bool]:
+    """Which records of a batch (in sequence order) wait for the next batch.
+
+    Kafka orders records within one topic partition only. So that an event that fails and is retried can
+    never be overtaken by a later event of its key on another topic or cluster, each key sends only its
+    leading run of records with one destination; the rest wait, untouched. Records without an ordering key
+    (no partition key, or nothing to send) never wait.
+    """
+    first: dict[tuple[str, str], tuple[str, str] | None] = {}
+    holding: set[tuple[str, str]] = set()
+    waits: list[bool] = []
+    for key, destination in zip(ordering_keys, destinations, strict=True):
+        if key is None:
+            waits.append(False)
+            continue
+        if key in holding or first.setdefault(key, destination) != destination:
+            holding.add(key)
+            waits.append(True)
+        else:
+            waits.append(False)
+    return waits

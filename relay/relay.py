@@ -28,12 +28,13 @@ from events_api.settings import Settings
 from events_api.storage.relay import ClaimedEvent, RelayStore, Settlement
 from relay.lanes import plan
 from relay.publisher import Delivered, Failed, KafkaPublisher
-from relay.records import KafkaRecord, dead_letter_record, record_for
+from relay.records import KafkaRecord, dead_letter_record, held_back, record_for
 from relay.retry import gives_up, is_permanent, next_attempt
 
 log = logging.getLogger("relay")
 
 MIN_PER_LANE = 16
+MAX_PER_LANE = 256  # deeper reads into one hot lane cost more in the claim than they gain
 IDLE_WAIT_SECONDS = 0.5  # poll fallback when no NOTIFY arrives
 REBALANCE_SECONDS = 1.0
 RECONNECT_SECONDS = 1.0
@@ -74,8 +75,12 @@ class Relay:
                     await self.store.connect()
                     log.info("relay connected; taking lanes")
                     await self._serve(stop)
-                except psycopg.OperationalError as exc:
-                    log.warning("database unavailable (%s); lanes released, retrying", type(exc).__name__)
+                except Exception as exc:
+                    # Nothing unsettled is lost: the lanes go with the session and the relay starts over.
+                    if isinstance(exc, psycopg.OperationalError):
+                        log.warning("database unavailable (%s); lanes released, retrying", type(exc).__name__)
+                    else:  # e.g. a read-only database after a failover, or one not migrated yet
+                        log.exception("relay failed; lanes released, starting over")
                     self.owned.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), RECONNECT_SECONDS)
@@ -115,7 +120,7 @@ class Relay:
         for event in batch:
             per_lane[event.lane] = per_lane.get(event.lane, 0) + 1
         if per_lane and max(per_lane.values()) >= self.per_lane:
-            self.per_lane = min(self.batch_size, self.per_lane * 2)
+            self.per_lane = min(self.batch_size, MAX_PER_LANE, self.per_lane * 2)
         else:
             self.per_lane = max(share, self.per_lane // 2)
 
@@ -140,20 +145,29 @@ class Relay:
         positions: list[int] = []
         topics: list[str | None] = [None] * len(batch)
         outcomes: list[Delivered | Failed | None] = [None] * len(batch)
-        for index, event in enumerate(batch):
-            record = record_for(event, routings[event.tenant_id])
+        built = [record_for(event, routings[event.tenant_id]) for event in batch]
+        keys = [
+            None if isinstance(r, str) or e.partition_key is None else (e.tenant_id, e.partition_key)
+            for e, r in zip(batch, built, strict=True)
+        ]
+        deferred = held_back(keys, [None if isinstance(r, str) else (r.cluster, r.topic) for r in built])
+        for index, record in enumerate(built):
             if isinstance(record, str):
                 outcomes[index] = Failed(record, f"the routing gives no valid destination ({record})")
-            else:
-                records.append(record)
-                positions.append(index)
-                topics[index] = record.topic
+                continue
+            if deferred[index]:
+                continue
+            records.append(record)
+            positions.append(index)
+            topics[index] = record.topic
         for index, outcome in zip(positions, await self.publisher.publish(records), strict=True):
             outcomes[index] = outcome
 
         settlements: list[Settlement] = []
         doomed: list[tuple[ClaimedEvent, Failed, str | None]] = []
-        for event, result, topic in zip(batch, outcomes, topics, strict=True):
+        for event, result, topic, later in zip(batch, outcomes, topics, deferred, strict=True):
+            if later:
+                continue
             if isinstance(result, Delivered):
                 settlements.append(Settlement(event, "published", result.topic, result.partition, result.offset))
             elif result is not None and (is_permanent(result.error) or gives_up(event.attempts + 1)):

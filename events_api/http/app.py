@@ -76,7 +76,7 @@ def build_services(
         registry=registry,
         announcements=announcements,
         ingest=Ingest(db, registry, tenants, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
-        dead_letters=DeadLetters(db, now),
+        dead_letters=DeadLetters(db),
         clock=now,
     )
 

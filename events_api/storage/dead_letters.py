@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, delete, insert, literal, select, tuple_
+from sqlalchemy import and_, delete, func, insert, literal, select, tuple_
 
 from events_api.storage.database import Database
 from events_api.storage.partitions import ensure_partitions
@@ -27,6 +27,8 @@ class DeadLetter:
 
 
 # The columns a redriven event takes back into the outbox, in the outbox's names.
+# Due at once, whichever host's clock the relay compares it with.
+NOW_DUE = datetime(1, 1, 1, tzinfo=UTC)
 _BACK = (
     "tenant_id",
     "event_id",
@@ -71,7 +73,7 @@ class DeadLetterStore:
         async with self.db.autocommit() as conn:
             return [DeadLetter(*row) for row in await conn.execute(stmt)]
 
-    async def redrive(self, *, event_ids: Sequence[str] | None, event_type: str | None, now: datetime) -> int:
+    async def redrive(self, *, event_ids: Sequence[str] | None, event_type: str | None) -> int:
         """redrive_dead_letters: move the chosen dead letters back into the outbox, at the end of their lanes,
         with their attempts reset. Returns how many moved."""
         chosen = [dead_letters.c.tenant_id == self.tenant_id]
@@ -80,16 +82,23 @@ class DeadLetterStore:
         if event_type is not None:
             chosen.append(dead_letters.c.event_type == event_type)
         async with self.db.transaction() as conn:
-            days = (await conn.execute(select(dead_letters.c.received_at).where(and_(*chosen)).distinct())).scalars()
+            day = func.date_trunc("day", dead_letters.c.received_at, "UTC")
+            days = (await conn.execute(select(day).where(and_(*chosen)).distinct())).scalars()
             # Their day's partition may have been dropped meanwhile (nothing pending was left in it).
             await ensure_partitions(conn, sorted({at.astimezone(UTC).date() for at in days}))
-            moved = delete(dead_letters).where(and_(*chosen)).returning(*(dead_letters.c[name] for name in _BACK))
+            moved = (
+                delete(dead_letters)
+                .where(and_(*chosen))
+                .returning(dead_letters.c.seq, *(dead_letters.c[name] for name in _BACK))
+            )
             moved_cte = moved.cte("moved")
             stmt = (
                 insert(outbox)
                 .from_select(
                     [*_BACK, "state", "attempts", "next_attempt_at"],
-                    select(*(moved_cte.c[name] for name in _BACK), literal("pending"), literal(0), literal(now)),
+                    select(
+                        *(moved_cte.c[name] for name in _BACK), literal("pending"), literal(0), literal(NOW_DUE)
+                    ).order_by(moved_cte.c.seq),  # new sequence numbers in the order they were first accepted
                 )
                 .returning(outbox.c.event_id)  # counted from the rows: rowcount is not reported for this form
             )

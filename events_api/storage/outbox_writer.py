@@ -72,7 +72,7 @@ WITH req AS (
                         idempotency_key, payload, headers, traceparent, occurred_at, next_attempt_at)
     SELECT r.received_at, e.event_id, r.tenant_id, e.event_type, e.schema_version, e.partition_key, e.lane,
            r.key, decode(e.payload, 'base64'), e.headers, r.traceparent, e.occurred_at,
-           r.received_at
+           TIMESTAMPTZ '0001-01-01 00:00:00+00'  -- due at once, whatever the relay's clock says
     FROM json_to_recordset(CAST(%(events)s AS json)) AS e(
         req int, ord int, event_id text, event_type text, schema_version int, partition_key text, lane smallint,
         payload text, headers jsonb, occurred_at timestamptz)

@@ -84,6 +84,7 @@ class _Dead(msgspec.Struct):
 _OWNED_LANES = """
 SELECT objid::int FROM pg_locks
 WHERE locktype = 'advisory' AND classid = %(class)s AND objsubid = 2 AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
 # live_relays: relays connected to this database
 _LIVE_RELAYS = (
@@ -99,19 +100,26 @@ LIMIT %(want)s
 _RELEASE_LANES = "SELECT pg_advisory_unlock(%(class)s, lane) FROM unnest(CAST(%(lanes)s AS int[])) AS lane"
 # claim_lane_batch: for each owned lane whose first pending event is due, its first pending events in
 # sequence order; a lane whose head waits for a retry waits whole, so per-key order holds.
+# Narrow rows (from the index) are picked and cut to the batch first; only those are read in full.
 _CLAIM = """
+WITH picked AS (
+    SELECT p.received_at, p.event_id, p.seq
+    FROM unnest(CAST(%(lanes)s AS smallint[])) AS l(lane)
+    CROSS JOIN LATERAL (
+        SELECT next_attempt_at FROM outbox h WHERE h.state = 'pending' AND h.lane = l.lane ORDER BY h.seq LIMIT 1
+    ) AS head
+    CROSS JOIN LATERAL (
+        SELECT received_at, event_id, seq FROM outbox e
+        WHERE e.state = 'pending' AND e.lane = l.lane ORDER BY e.seq LIMIT %(per_lane)s
+    ) AS p
+    WHERE head.next_attempt_at <= %(now)s
+    ORDER BY p.seq
+    LIMIT %(limit)s
+)
 SELECT o.received_at, o.event_id, o.seq, o.tenant_id, o.event_type, o.schema_version, o.partition_key, o.lane,
        o.idempotency_key, o.payload, o.headers, o.traceparent, o.occurred_at, o.attempts
-FROM unnest(CAST(%(lanes)s AS smallint[])) AS l(lane)
-CROSS JOIN LATERAL (
-    SELECT next_attempt_at FROM outbox h WHERE h.state = 'pending' AND h.lane = l.lane ORDER BY h.seq LIMIT 1
-) AS head
-CROSS JOIN LATERAL (
-    SELECT * FROM outbox e WHERE e.state = 'pending' AND e.lane = l.lane ORDER BY e.seq LIMIT %(per_lane)s
-) AS o
-WHERE head.next_attempt_at <= %(now)s
-ORDER BY o.seq
-LIMIT %(limit)s
+FROM picked JOIN outbox o ON o.received_at = picked.received_at AND o.event_id = picked.event_id
+ORDER BY picked.seq
 """
 # settle_batch: mark published events with their Kafka coordinates, reschedule retriable failures and move
 # dead letters out of the outbox, all in one statement
@@ -137,10 +145,10 @@ WITH published AS (
     WHERE o.received_at = d.received_at AND o.event_id = d.event_id AND o.state = 'pending'
     RETURNING o.*, d.error AS dead_error, d.topic AS dead_topic
 ), buried AS (
-    INSERT INTO dead_letters (tenant_id, event_id, received_at, event_type, schema_version, partition_key, lane,
+    INSERT INTO dead_letters (tenant_id, event_id, received_at, seq, event_type, schema_version, partition_key, lane,
                               idempotency_key, payload, headers, traceparent, occurred_at, attempts, last_error,
                               original_topic, dead_lettered_at)
-    SELECT tenant_id, event_id, received_at, event_type, schema_version, partition_key, lane, idempotency_key,
+    SELECT tenant_id, event_id, received_at, seq, event_type, schema_version, partition_key, lane, idempotency_key,
            payload, headers, traceparent, occurred_at, attempts + 1, dead_error, dead_topic, %(now)s
     FROM moved
     RETURNING 1
@@ -156,6 +164,19 @@ WHERE tenant_id = ANY(CAST(%(tenants)s AS text[]))
 
 _encode = msgspec.json.Encoder().encode
 
+# A silently dropped network (no RST) must not leave a relay waiting for hours with its lanes locked on
+# the server: TCP keepalives and a user timeout end the session in well under a minute; no statement of
+# the relay's should ever take a minute.
+_CONNECTION: dict[str, Any] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30000,
+    "options": "-c statement_timeout=60000",
+}
+
 
 class RelayStore:
     """The relay's connections. `connect()` first; every method raises psycopg.OperationalError when the
@@ -168,10 +189,10 @@ class RelayStore:
 
     async def connect(self) -> None:
         self._conn = await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=5
+            self.conninfo, autocommit=True, application_name=APPLICATION_NAME, **_CONNECTION
         )
         self._listener = await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, application_name="events-api relay listener", connect_timeout=5
+            self.conninfo, autocommit=True, application_name="events-api relay listener", **_CONNECTION
         )
         await self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
 

@@ -164,6 +164,8 @@ dead_letters = Table(
     Column("tenant_id", Text, nullable=False),
     Column("event_id", Text, nullable=False),
     _timestamp("received_at"),
+    # The outbox sequence it had: letters redriven together go back in the order they were accepted.
+    Column("seq", BigInteger, nullable=False),
     Column("event_type", Text, nullable=False),
     Column("schema_version", Integer, nullable=False),
     Column("partition_key", Text, nullable=True),
@@ -178,5 +180,6 @@ dead_letters = Table(
     Column("original_topic", Text, nullable=True),
     _timestamp("dead_lettered_at"),
     PrimaryKeyConstraint("tenant_id", "event_id"),
-    Index(None, "tenant_id", "event_type", "dead_lettered_at"),
+    Index(None, "tenant_id", "dead_lettered_at", "event_id"),
+    Index(None, "tenant_id", "event_type", "dead_lettered_at", "event_id"),
 )

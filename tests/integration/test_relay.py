@@ -351,3 +351,35 @@ async def test_dead_letters_are_listed_and_redriven_once_the_cause_is_fixed(
         assert (await s.api.post(f"/v1/dead-letters/{lost[0]}/redrive", headers=other.auth)).status_code == 404
     records = consume_all(kafka_broker.bootstrap, f"{s.tenant.id}.order.created", expected=3, timeout=15)
     assert sorted(r.headers["ce_id"].decode() for r in records) == sorted(lost)
+
+
+async def test_relays_of_two_databases_do_not_share_lanes(relay_db: str, kafka_broker: Broker) -> None:
+    """Advisory locks are per database: a relay must not skip lanes held by relays of another database."""
+    with fresh_database("events_api_relay_other") as other_db:
+        clusters = {"default": kafka_broker.bootstrap}
+        async with relay_running(relay_db, dict(clusters)) as first, relay_running(other_db, dict(clusters)) as second:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (len(first.owned) < 256 or len(second.owned) < 256):
+                await asyncio.sleep(0.1)
+            assert (len(first.owned), len(second.owned)) == (256, 256)
+
+
+async def test_a_chunked_redrive_body_is_read(relay_db: str) -> None:
+    async with stack(relay_db) as s:
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b'{"event_type": '
+            yield b'"order.created"}'
+
+        response = await s.api.post(
+            "/v1/dead-letters/redrive",
+            content=chunks(),
+            headers={**s.tenant.auth, "Content-Type": "application/json"},
+        )
+        assert (response.status_code, response.json()) == (202, {"count": 0})
+        bad = await s.api.post(
+            "/v1/dead-letters/redrive",
+            content=b'{"event_type": 1}',
+            headers={**s.tenant.auth, "Content-Type": "application/json"},
+        )
+        assert bad.status_code == 422

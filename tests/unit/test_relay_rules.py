@@ -11,7 +11,7 @@ from events_api.lanes import LANES
 from events_api.routing import Routing, dead_letter_topic_for, topic_for, validate
 from events_api.storage.relay import ClaimedEvent
 from relay.lanes import plan
-from relay.records import dead_letter_record, record_for
+from relay.records import dead_letter_record, held_back, record_for
 from relay.retry import CAP_SECONDS, MAX_ATTEMPTS, gives_up, is_permanent, retry_delay
 
 AT = datetime(2026, 11, 21, 8, 0, 0, 123000, tzinfo=UTC)
@@ -139,3 +139,14 @@ def test_retry_classification_and_backoff() -> None:
     assert not gives_up(MAX_ATTEMPTS - 1)
     assert gives_up(MAX_ATTEMPTS)
     assert timedelta(seconds=retry_delay(1, lambda: 0.5)) == timedelta(seconds=0.75)
+
+
+def test_a_key_sends_only_its_leading_run_to_one_destination() -> None:
+    a, b = ("t", "order-1"), ("t", "order-2")
+    created, shipped, other = ("default", "t.order.created"), ("default", "t.order.shipped"), ("eu", "t.x")
+    keys = [a, a, b, a, a, None, b]
+    destinations = [created, created, shipped, shipped, created, other, other]
+    # a: created, created, then shipped -> waits, and everything of a after it waits too; b: shipped, then eu.
+    assert held_back(keys, destinations) == [False, False, False, True, True, False, True]
+    assert held_back([], []) == []
+    assert held_back([None, None], [created, shipped]) == [False, False]

@@ -57,7 +57,7 @@ async def redrive_dead_letter(request: AnyRequest, event_id: FromPath[str]) -> R
 async def redrive_dead_letters(request: AnyRequest) -> Response[RedriveCount]:
     caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
     event_type = None
-    if request.headers.get("content-length", "0") != "0":
+    if await request.body():  # the body is optional; read it whether its length was declared or chunked
         _, body = await read_body(request, ("application/json",))
         event_type = decode_body(body, RedriveIn).event_type
     count = await services(request).dead_letters.redrive_all(caller.tenant_id, event_type)

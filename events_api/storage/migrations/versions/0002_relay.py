@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.Column("tenant_id", sa.Text(), nullable=False),
         sa.Column("event_id", sa.Text(), nullable=False),
         sa.Column("received_at", TS, nullable=False),
+        sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("event_type", sa.Text(), nullable=False),
         sa.Column("schema_version", sa.Integer(), nullable=False),
         sa.Column("partition_key", sa.Text(), nullable=True),
@@ -52,9 +53,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("tenant_id", "event_id", name="pk_dead_letters"),
     )
     op.create_index(
-        "ix_dead_letters_tenant_id_event_type_dead_lettered_at",
+        "ix_dead_letters_tenant_id_dead_lettered_at_event_id",
         "dead_letters",
-        ["tenant_id", "event_type", "dead_lettered_at"],
+        ["tenant_id", "dead_lettered_at", "event_id"],
+    )
+    op.create_index(
+        "ix_dead_letters_tenant_id_event_type_dead_lettered_at_event_id",
+        "dead_letters",
+        ["tenant_id", "event_type", "dead_lettered_at", "event_id"],
     )
     # One NOTIFY per inserting statement (and per transaction: identical notifications are folded), so
     # relays wake as soon as events are committed, whichever code path appended them.
@@ -76,6 +82,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP TRIGGER outbox_appended ON outbox")
     op.execute("DROP FUNCTION events_api_notify_outbox()")
-    op.drop_index("ix_dead_letters_tenant_id_event_type_dead_lettered_at", table_name="dead_letters")
+    op.drop_index("ix_dead_letters_tenant_id_event_type_dead_lettered_at_event_id", table_name="dead_letters")
+    op.drop_index("ix_dead_letters_tenant_id_dead_lettered_at_event_id", table_name="dead_letters")
     op.drop_table("dead_letters")
     op.drop_table("tenant_routing")
