@@ -105,6 +105,7 @@ class Server:
     env: dict[str, str]
     port: int
     log: Path
+    http: bool = True  # False: no HTTP port to probe (the relay); start() returns once it is spawned
     process: subprocess.Popen[bytes] | None = None
     findings: list[str] = field(default_factory=list)
     problem_lines: int = 0
@@ -134,6 +135,8 @@ class Server:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so stop() reaches the workers too
             )
+        if not self.http:
+            return  # the caller watches it (e.g. the outbox draining); `alive` says whether it still runs
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -146,6 +149,10 @@ class Server:
                         return
             time.sleep(0.2)
         raise BenchError(f"{self.name} was not ready after {timeout:.0f}s; see {self.log}")
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL it if it lingers, then read the log for trouble."""
@@ -197,6 +204,25 @@ def naive_server(database_url: str, log: Path, workers: int = 2, pool_size: int 
     env = {**os.environ, "NAIVE_DATABASE_URL": database_url, "NAIVE_POOL_SIZE": str(pool_size)}
     command = [sys.executable, "-m", "bench.naive", "--workers", str(workers), "--port", str(port)]
     return Server("naive", command, env, port, log)
+
+
+def relay_server(database_url: str, bootstrap_servers: str, log: Path, *, name: str = "relay") -> Server:
+    """One `events-api relay` (no HTTP port: `http=False`)."""
+    env = {
+        **os.environ,
+        "EVENTS_API_DATABASE_URL": database_url,
+        "EVENTS_API_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
+    }
+    return Server(name, [str(VENV_BIN / "events-api"), "relay"], env, 0, log, http=False)
+
+
+def naive_relay_server(
+    database_url: str, bootstrap_servers: str, log: Path, seconds: float, *, name: str = "naive-relay"
+) -> Server:
+    """The seed-style relay (`bench.naive_relay`), which stops by itself after `seconds`."""
+    env = {**os.environ, "NAIVE_DATABASE_URL": database_url, "NAIVE_BOOTSTRAP_SERVERS": bootstrap_servers}
+    command = [sys.executable, "-m", "bench.naive_relay", "--seconds", f"{seconds:g}"]
+    return Server(name, command, env, 0, log, http=False)
 
 
 # ------------------------------------------------------------------------------------------ provisioning

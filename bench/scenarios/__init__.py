@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from bench.context import Context
 from bench.report import Row
-from bench.scenarios import batch, ingest, validate
+from bench.scenarios import batch, ingest, latency, relay, validate
 
 Scenario = Callable[[Context], list[Row]]
 
@@ -19,4 +19,6 @@ SCENARIOS: dict[str, Scenario] = {
     "ingest": ingest.run,
     "batch": batch.run,
     "validate": validate.run,
+    "relay": relay.run,
+    "latency": latency.run,
 }
