@@ -19,6 +19,10 @@ class KafkaRecord:
     headers: list[tuple[str, bytes]]
 
 
+_SPECVERSION = ("ce_specversion", b"1.0")
+_CONTENT_TYPE = ("content-type", b"application/json")
+
+
 def _rfc3339(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -26,12 +30,12 @@ def _rfc3339(at: datetime) -> str:
 def cloudevent_headers(event: ClaimedEvent) -> list[tuple[str, bytes]]:
     """CloudEvents binary mode, then traceparent, then the event's own headers."""
     headers = [
-        ("ce_specversion", b"1.0"),
+        _SPECVERSION,
         ("ce_id", event.event_id.encode()),
-        ("ce_source", f"/tenants/{event.tenant_id}".encode()),
+        ("ce_source", b"/tenants/" + event.tenant_id.encode()),
         ("ce_type", event.event_type.encode()),
         ("ce_time", _rfc3339(event.occurred_at or event.received_at).encode()),
-        ("content-type", b"application/json"),
+        _CONTENT_TYPE,
         ("schema_version", str(event.schema_version).encode()),
     ]
     if event.traceparent:

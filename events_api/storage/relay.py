@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 import psycopg
-from psycopg.rows import class_row
 
 from events_api.lanes import LANES
 from events_api.routing import Routing
@@ -231,9 +230,9 @@ class RelayStore:
         if not lanes:
             return []
         params = {"lanes": list(lanes), "now": now, "limit": limit, "per_lane": per_lane}
-        async with self.conn.cursor(row_factory=class_row(ClaimedEvent)) as cursor:
-            await cursor.execute(_CLAIM, params)
-            return await cursor.fetchall()
+        rows = await (await self.conn.execute(_CLAIM, params)).fetchall()
+        # Positional construction: the columns are selected in the dataclass's field order.
+        return [ClaimedEvent(*row) for row in rows]
 
     async def settle(self, settlements: Sequence[Settlement], now: datetime) -> tuple[int, int, int]:
         """(published, retried, dead-lettered) counts, after one statement."""
