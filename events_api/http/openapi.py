@@ -4,6 +4,7 @@ types and error pointers) come from the structs named in each route's `opt`."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
@@ -46,6 +47,8 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
                 operation = document["paths"].get(route.path_format, {}).get(method.lower())
                 if operation is None:
                     continue
+                if auth := handler.opt.get("auth"):
+                    operation["x-auth"] = copy.deepcopy(auth)  # no YAML anchors between operations
                 for response in operation.get("responses", {}).values():
                     # Litestar collects response headers in a set: sort them so the document is stable.
                     if "headers" in response:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from litestar.openapi.datastructures import ResponseSpec
 
+from events_api.auth import Scope
 from events_api.models import Problem
 
 _DESCRIPTIONS = {
@@ -33,3 +36,12 @@ def problems(*statuses: int) -> dict[int, ResponseSpec]:
 
 
 AUTHED = (400, 401, 403, 503)
+
+# Who may call an operation, declared beside its route (`opt={"auth": ...}`) and published in the OpenAPI
+# document as `x-auth`; tests/integration/test_security_matrix.py checks every operation enforces it.
+ADMIN: dict[str, Any] = {"admin": True}
+
+
+def TENANT(*any_of: Scope) -> dict[str, Any]:
+    """A tenant API key holding one of `any_of` (any key of the tenant when empty)."""
+    return {"tenant_scopes_any_of": [str(s) for s in any_of]}

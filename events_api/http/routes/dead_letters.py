@@ -10,7 +10,7 @@ from litestar.response import Response
 
 from events_api.auth import Scope
 from events_api.decoding import decode_body
-from events_api.http.routes import AUTHED, problems
+from events_api.http.routes import AUTHED, TENANT, problems
 from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
 from events_api.models import DeadLetterPage, RedriveCount, RedriveIn, RedriveOne
 
@@ -20,6 +20,7 @@ from events_api.models import DeadLetterPage, RedriveCount, RedriveIn, RedriveOn
     tags=["dead letters"],
     summary="The tenant's dead letters, oldest first, with their last error",
     responses=problems(*AUTHED, 422),
+    opt={"auth": TENANT(Scope.DEAD_LETTERS_MANAGE)},
 )
 async def list_dead_letters(
     request: AnyRequest,
@@ -39,6 +40,7 @@ async def list_dead_letters(
     summary="Deliver a dead letter again (it goes back to the end of its lane)",
     status_code=202,
     responses=problems(*AUTHED, 404),
+    opt={"auth": TENANT(Scope.DEAD_LETTERS_MANAGE)},
 )
 async def redrive_dead_letter(request: AnyRequest, event_id: FromPath[str]) -> RedriveOne:
     caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
@@ -52,7 +54,7 @@ async def redrive_dead_letter(request: AnyRequest, event_id: FromPath[str]) -> R
     summary="Deliver every dead letter again (or those of one event type)",
     status_code=202,
     responses=problems(*AUTHED, 415, 422),
-    opt={"request_body": RedriveIn},
+    opt={"auth": TENANT(Scope.DEAD_LETTERS_MANAGE), "request_body": RedriveIn},
 )
 async def redrive_dead_letters(request: AnyRequest) -> Response[RedriveCount]:
     caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)

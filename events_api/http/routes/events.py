@@ -11,7 +11,7 @@ from litestar.response import Response
 
 from events_api.auth import Scope
 from events_api.errors import BadRequest, Problem
-from events_api.http.routes import AUTHED, problems
+from events_api.http.routes import AUTHED, TENANT, problems
 from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
 from events_api.idempotency import parse_idempotency_key
 from events_api.ingest import BodyFormat, Operation, Outcome, Submitted, decode_batch, decode_event, valid_traceparent
@@ -88,7 +88,7 @@ def _render(outcome: Outcome) -> Response[bytes]:
         ResponseHeader(name="Location", documentation_only=True, description="`/v1/events/{event_id}`"),
         REPLAY_HEADER,
     ],
-    opt={"request_body": EventIn, "response_body": EventAccepted},
+    opt={"auth": TENANT(Scope.EVENTS_PUBLISH), "request_body": EventIn, "response_body": EventAccepted},
 )
 async def publish_event(
     request: AnyRequest, idempotency_key: IdempotencyKeyHeader, traceparent: TraceparentHeader = None
@@ -104,7 +104,7 @@ async def publish_event(
     status_code=202,
     responses=PUBLISH_ERRORS,
     response_headers=[REPLAY_HEADER],
-    opt={"request_body": BatchIn, "response_body": BatchAccepted},
+    opt={"auth": TENANT(Scope.EVENTS_PUBLISH), "request_body": BatchIn, "response_body": BatchAccepted},
 )
 async def publish_batch(
     request: AnyRequest, idempotency_key: IdempotencyKeyHeader, traceparent: TraceparentHeader = None
@@ -117,6 +117,7 @@ async def publish_batch(
     tags=["events"],
     summary="Delivery status of one event",
     responses=problems(*AUTHED, 404),
+    opt={"auth": TENANT(Scope.EVENTS_READ, Scope.EVENTS_PUBLISH)},
 )
 async def get_event(request: AnyRequest, event_id: FromPath[str]) -> EventStatus:
     caller = await authorize_tenant(request, Scope.EVENTS_READ, Scope.EVENTS_PUBLISH)
@@ -129,6 +130,7 @@ async def get_event(request: AnyRequest, event_id: FromPath[str]) -> EventStatus
     summary="Find the event(s) stored under an Idempotency-Key",
     description='For a key used with `POST /v1/events` the event; for a batch key `{"events": [...]}`.',
     responses=problems(*AUTHED, 404),
+    opt={"auth": TENANT(Scope.EVENTS_READ, Scope.EVENTS_PUBLISH)},
 )
 async def find_event(
     request: AnyRequest,

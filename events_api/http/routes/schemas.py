@@ -9,7 +9,7 @@ from litestar.response import Response
 from events_api.auth import Scope
 from events_api.decoding import decode_body
 from events_api.errors import NotFound
-from events_api.http.routes import AUTHED, problems
+from events_api.http.routes import AUTHED, TENANT, problems
 from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
 from events_api.models import (
     CompatibilityCheckOut,
@@ -34,7 +34,7 @@ from events_api.models import (
     "409 when it breaks the type's compatibility mode (each incompatibility in `errors`, pointing into `/schema`).",
     status_code=201,
     responses=problems(*AUTHED, 409, 415, 422),
-    opt={"request_body": SchemaIn},
+    opt={"auth": TENANT(Scope.SCHEMAS_WRITE), "request_body": SchemaIn},
 )
 async def register_schema(request: AnyRequest, event_type: FromPath[str]) -> Response[SchemaRegistered]:
     caller = await authorize_tenant(request, Scope.SCHEMAS_WRITE)
@@ -58,6 +58,7 @@ async def register_schema(request: AnyRequest, event_type: FromPath[str]) -> Res
     tags=["schemas"],
     summary="Get one version of an event type's schema (`latest` for the newest)",
     responses=problems(*AUTHED, 404, 422),
+    opt={"auth": TENANT()},
 )
 async def get_schema_version(
     request: AnyRequest, event_type: FromPath[str], version: FromPath[str]
@@ -78,6 +79,7 @@ async def get_schema_version(
     tags=["schemas"],
     summary="The tenant's event types, with their compatibility mode and latest version",
     responses=problems(*AUTHED),
+    opt={"auth": TENANT()},
 )
 async def list_event_types(request: AnyRequest) -> EventTypeList:
     caller = await authorize_tenant(request)
@@ -90,6 +92,7 @@ async def list_event_types(request: AnyRequest) -> EventTypeList:
     tags=["schemas"],
     summary="The versions of an event type, oldest first, with when and by which key each was registered",
     responses=problems(*AUTHED, 404, 422),
+    opt={"auth": TENANT()},
 )
 async def list_schema_versions(request: AnyRequest, event_type: FromPath[str]) -> VersionList:
     caller = await authorize_tenant(request)
@@ -102,7 +105,7 @@ async def list_schema_versions(request: AnyRequest, event_type: FromPath[str]) -
     tags=["schemas"],
     summary="Set the compatibility mode that new versions of an event type must satisfy",
     responses=problems(*AUTHED, 404, 415, 422),
-    opt={"request_body": CompatibilityIn},
+    opt={"auth": TENANT(Scope.SCHEMAS_WRITE), "request_body": CompatibilityIn},
 )
 async def set_compatibility(request: AnyRequest, event_type: FromPath[str]) -> CompatibilityOut:
     caller = await authorize_tenant(request, Scope.SCHEMAS_WRITE)
@@ -118,7 +121,7 @@ async def set_compatibility(request: AnyRequest, event_type: FromPath[str]) -> C
     summary="Would this schema be accepted as the next version? Nothing is stored",
     status_code=200,
     responses=problems(*AUTHED, 415, 422),
-    opt={"request_body": SchemaIn},
+    opt={"auth": TENANT(), "request_body": SchemaIn},
 )
 async def check_compatibility(request: AnyRequest, event_type: FromPath[str]) -> CompatibilityCheckOut:
     caller = await authorize_tenant(request)

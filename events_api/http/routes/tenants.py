@@ -6,11 +6,11 @@ from litestar import delete, get, post, put
 from litestar.params import FromPath
 
 from events_api.decoding import decode_body
-from events_api.http.routes import problems
+from events_api.http.routes import ADMIN, problems
 from events_api.http.services import AnyRequest, authorize_admin, read_body, services
 from events_api.models import ApiKeyCreated, ApiKeyIn, RoutingIn, RoutingOut, Tenant, TenantIn
 
-ADMIN = (400, 401, 403, 415, 422, 503)
+ADMIN_ERRORS = (400, 401, 403, 415, 422, 503)
 
 
 @post(
@@ -18,8 +18,8 @@ ADMIN = (400, 401, 403, 415, 422, 503)
     tags=["admin"],
     summary="Create a tenant",
     status_code=201,
-    responses=problems(*ADMIN, 409),
-    opt={"request_body": TenantIn},
+    responses=problems(*ADMIN_ERRORS, 409),
+    opt={"auth": ADMIN, "request_body": TenantIn},
 )
 async def create_tenant(request: AnyRequest) -> Tenant:
     await authorize_admin(request)
@@ -33,8 +33,8 @@ async def create_tenant(request: AnyRequest) -> Tenant:
     tags=["admin"],
     summary="Create an API key for a tenant (the key is shown only in this response)",
     status_code=201,
-    responses=problems(*ADMIN, 404),
-    opt={"request_body": ApiKeyIn},
+    responses=problems(*ADMIN_ERRORS, 404),
+    opt={"auth": ADMIN, "request_body": ApiKeyIn},
 )
 async def create_api_key(request: AnyRequest, tenant: FromPath[str]) -> ApiKeyCreated:
     await authorize_admin(request)
@@ -49,6 +49,7 @@ async def create_api_key(request: AnyRequest, tenant: FromPath[str]) -> ApiKeyCr
     summary="Revoke an API key; it is refused at once",
     status_code=204,
     responses=problems(400, 401, 403, 404, 503),
+    opt={"auth": ADMIN},
 )
 async def revoke_api_key(request: AnyRequest, tenant: FromPath[str], key_id: FromPath[str]) -> None:
     await authorize_admin(request)
@@ -61,8 +62,8 @@ async def revoke_api_key(request: AnyRequest, tenant: FromPath[str], key_id: Fro
     tags=["admin"],
     summary="Set where a tenant's events go: topic template, per-type topics, dead-letter topic, cluster",
     description="Omitted fields take their defaults. The relay picks a change up within a few seconds.",
-    responses=problems(*ADMIN, 404),
-    opt={"request_body": RoutingIn},
+    responses=problems(*ADMIN_ERRORS, 404),
+    opt={"auth": ADMIN, "request_body": RoutingIn},
 )
 async def put_routing(request: AnyRequest, tenant: FromPath[str]) -> RoutingOut:
     await authorize_admin(request)
@@ -76,6 +77,7 @@ async def put_routing(request: AnyRequest, tenant: FromPath[str]) -> RoutingOut:
     tags=["admin"],
     summary="Where a tenant's events go (the defaults until it is set)",
     responses=problems(400, 401, 403, 404, 503),
+    opt={"auth": ADMIN},
 )
 async def get_routing(request: AnyRequest, tenant: FromPath[str]) -> RoutingOut:
     await authorize_admin(request)
