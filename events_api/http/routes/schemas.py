@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from litestar import get, post, put
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath
 from litestar.response import Response
 
@@ -33,7 +34,14 @@ from events_api.models import (
     description="201 with the new version; 200 with the existing version when an identical schema is registered; "
     "409 when it breaks the type's compatibility mode (each incompatibility in `errors`, pointing into `/schema`).",
     status_code=201,
-    responses=problems(*AUTHED, 409, 415, 422),
+    responses={
+        200: ResponseSpec(
+            data_container=SchemaRegistered,
+            description="Identical to an existing version: that version, nothing new stored",
+            generate_examples=False,
+        ),
+        **problems(*AUTHED, 409, 415, 422),
+    },
     opt={"auth": TENANT(Scope.SCHEMAS_WRITE), "request_body": SchemaIn},
 )
 async def register_schema(request: AnyRequest, event_type: FromPath[str]) -> Response[SchemaRegistered]:
