@@ -3,6 +3,8 @@ exactly this (tests/integration/test_migrations.py proves it)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -35,7 +37,7 @@ metadata = MetaData(
 )
 
 
-def _timestamp(name: str, *, nullable: bool = False) -> Column[object]:
+def _timestamp(name: str, *, nullable: bool = False) -> Column[Any]:
     return Column(name, DateTime(timezone=True), nullable=nullable)
 
 
@@ -110,25 +112,33 @@ idempotency_keys = Table(
 
 outbox_seq = Sequence("outbox_seq", metadata=metadata)
 
+
+def _event_columns() -> list[Column[Any]]:
+    """What an event is, wherever it is kept: in the outbox, or moved out to the dead letters."""
+    return [
+        _timestamp("received_at"),
+        Column("event_id", Text, nullable=False),
+        Column("tenant_id", Text, nullable=False),
+        Column("event_type", Text, nullable=False),
+        Column("schema_version", Integer, nullable=False),
+        Column("partition_key", Text, nullable=True),
+        Column("lane", SmallInteger, nullable=False),
+        Column("idempotency_key", Text, nullable=False),
+        # The payload as the JSON bytes the relay will send, so it is never re-encoded.
+        Column("payload", LargeBinary, nullable=False),
+        Column("headers", JSONB, nullable=True),
+        Column("traceparent", Text, nullable=True),
+        _timestamp("occurred_at", nullable=True),
+    ]
+
+
 # Partitioned by RANGE (received_at), one partition per UTC day (storage/partitions.py). The primary
 # key must contain the partition column; the event id encodes received_at, so lookups prune.
 outbox = Table(
     "outbox",
     metadata,
-    _timestamp("received_at"),
-    Column("event_id", Text, nullable=False),
     Column("seq", BigInteger, outbox_seq, server_default=outbox_seq.next_value(), nullable=False),
-    Column("tenant_id", Text, nullable=False),
-    Column("event_type", Text, nullable=False),
-    Column("schema_version", Integer, nullable=False),
-    Column("partition_key", Text, nullable=True),
-    Column("lane", SmallInteger, nullable=False),
-    Column("idempotency_key", Text, nullable=False),
-    # The payload as the JSON bytes the relay will send, so it is never re-encoded.
-    Column("payload", LargeBinary, nullable=False),
-    Column("headers", JSONB, nullable=True),
-    Column("traceparent", Text, nullable=True),
-    _timestamp("occurred_at", nullable=True),
+    *_event_columns(),
     Column("state", Text, nullable=False, server_default="pending"),
     Column("attempts", Integer, nullable=False, server_default="0"),
     _timestamp("next_attempt_at"),
@@ -161,20 +171,9 @@ tenant_routing = Table(
 dead_letters = Table(
     "dead_letters",
     metadata,
-    Column("tenant_id", Text, nullable=False),
-    Column("event_id", Text, nullable=False),
-    _timestamp("received_at"),
     # The outbox sequence it had: letters redriven together go back in the order they were accepted.
     Column("seq", BigInteger, nullable=False),
-    Column("event_type", Text, nullable=False),
-    Column("schema_version", Integer, nullable=False),
-    Column("partition_key", Text, nullable=True),
-    Column("lane", SmallInteger, nullable=False),
-    Column("idempotency_key", Text, nullable=False),
-    Column("payload", LargeBinary, nullable=False),
-    Column("headers", JSONB, nullable=True),
-    Column("traceparent", Text, nullable=True),
-    _timestamp("occurred_at", nullable=True),
+    *_event_columns(),
     Column("attempts", Integer, nullable=False),
     Column("last_error", Text, nullable=False),
     Column("original_topic", Text, nullable=True),
