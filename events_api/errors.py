@@ -63,10 +63,6 @@ class NotFound(Problem):
     status, slug, title = 404, "not-found", "Not found"
 
 
-class MethodNotAllowed(Problem):
-    status, slug, title = 405, "method-not-allowed", "Method not allowed"
-
-
 class Conflict(Problem):
     status, slug, title = 409, "conflict", "Conflict"
 

@@ -16,7 +16,6 @@ MAX_EVENT_TYPE_LENGTH = 255
 MAX_PARTITION_KEY_LENGTH = 1024
 MAX_HEADERS = 64
 
-TenantId = Annotated[str, Meta(pattern=TENANT_ID_PATTERN, description="Tenant id, e.g. `acme`.")]
 EventType = Annotated[
     str,
     Meta(pattern=EVENT_TYPE_PATTERN, max_length=MAX_EVENT_TYPE_LENGTH, description="e.g. `order.created`."),

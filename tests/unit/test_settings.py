@@ -98,3 +98,18 @@ def test_cli_fails_at_start_with_one_clear_line(args: list[str], env: dict[str, 
     assert len(lines) == 1, result.stderr
     assert needle in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_named_kafka_clusters() -> None:
+    settings = Settings.from_env(
+        {
+            "EVENTS_API_KAFKA_BOOTSTRAP_SERVERS": "k0:9092",
+            "EVENTS_API_KAFKA_CLUSTERS": "eu=k1:9092,k2:9092; us=k3:9092",
+            "EVENTS_API_RELAY_BATCH_SIZE": "500",
+        }
+    )
+    assert settings.kafka_cluster_servers() == {"eu": "k1:9092,k2:9092", "us": "k3:9092", "default": "k0:9092"}
+    assert settings.relay_batch_size == 500
+    for bad in ("eu", "EU=k1:9092", "eu=no-port", "=k1:9092"):
+        with pytest.raises(SettingsError, match="EVENTS_API_KAFKA_CLUSTERS"):
+            Settings.from_env({"EVENTS_API_KAFKA_CLUSTERS": bad})

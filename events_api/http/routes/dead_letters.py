@@ -9,6 +9,7 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Response
 
 from events_api.auth import Scope
+from events_api.dead_letters import MAX_PAGE
 from events_api.decoding import decode_body
 from events_api.http.routes import AUTHED, TENANT, problems
 from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
@@ -25,7 +26,7 @@ from events_api.models import DeadLetterPage, RedriveCount, RedriveIn, RedriveOn
 async def list_dead_letters(
     request: AnyRequest,
     event_type: Annotated[str | None, QueryParameter()] = None,
-    limit: Annotated[int, QueryParameter(ge=1, le=500)] = 100,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 100,
     cursor: Annotated[str | None, QueryParameter(description="`next_cursor` of the previous page")] = None,
 ) -> DeadLetterPage:
     caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
