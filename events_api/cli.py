@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from events_api.admin_cli import add_commands
 from events_api.settings import Settings, SettingsError
 
 # How `serve` runs uvicorn; the benchmark's naive baseline uses the same, so the ratio compares our code.
@@ -124,6 +125,7 @@ def parser() -> argparse.ArgumentParser:
     dev.add_argument("--data-dir")
     dev.add_argument("--port", type=int, default=8000)
     dev.set_defaults(run=_dev)
+    add_commands(commands)
     return root
 
 
