@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from events_api.cli import UVICORN_OPTIONS
+from events_api.cli import uvicorn_options
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     # The same uvicorn settings as `events-api serve`.
-    uvicorn.run("bench.naive:create_app", host=args.host, port=args.port, workers=args.workers, **UVICORN_OPTIONS)
+    uvicorn.run("bench.naive:create_app", host=args.host, port=args.port, workers=args.workers, **uvicorn_options())
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ class Scope(StrEnum):
 class PlatformAdmin:
     """The holder of EVENTS_API_ADMIN_TOKEN."""
 
+    actor = "admin"  # how the audit log names this caller
+
 
 @dataclass(frozen=True, slots=True)
 class TenantCaller:
@@ -37,6 +39,11 @@ class TenantCaller:
     tenant_id: str
     key_id: str
     scopes: frozenset[str]
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names this caller: the key id (never the key)."""
+        return self.key_id
 
     def has_any(self, scopes: tuple[Scope, ...]) -> bool:
         return not scopes or any(s in self.scopes for s in scopes)

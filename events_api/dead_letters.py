@@ -56,12 +56,14 @@ class DeadLetters:
         next_cursor = encode_cursor(rows[-1].dead_lettered_at, rows[-1].event_id) if len(rows) == limit else None
         return DeadLetterPage(items, next_cursor)
 
-    async def redrive_one(self, tenant_id: str, event_id: str) -> None:
-        moved = await DeadLetterStore(self.db, tenant_id).redrive(event_ids=[event_id], event_type=None)
+    async def redrive_one(self, tenant_id: str, event_id: str, now: datetime, *, actor: str) -> None:
+        store = DeadLetterStore(self.db, tenant_id)
+        moved = await store.redrive(event_ids=[event_id], event_type=None, now=now, actor=actor)
         if not moved:
             raise NotFound(f"no dead letter {event_id[:80]!r}")
 
-    async def redrive_all(self, tenant_id: str, event_type: str | None) -> int:
+    async def redrive_all(self, tenant_id: str, event_type: str | None, now: datetime, *, actor: str) -> int:
         if event_type is not None:
             check_event_type(event_type)
-        return await DeadLetterStore(self.db, tenant_id).redrive(event_ids=None, event_type=event_type)
+        store = DeadLetterStore(self.db, tenant_id)
+        return await store.redrive(event_ids=None, event_type=event_type, now=now, actor=actor)

@@ -72,6 +72,11 @@ class IdempotencyKeyInFlight(Problem):
     default_headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
 
 
+class RequestTimeout(Problem):
+    status, slug, title = 408, "request-timeout", "The request was not received in time"
+    default_headers: ClassVar[dict[str, str]] = {"Connection": "close"}
+
+
 class PayloadTooLarge(Problem):
     status, slug, title = 413, "payload-too-large", "Request body too large"
 
@@ -86,6 +91,14 @@ class ValidationFailed(Problem):
 
 class IdempotencyKeyReused(Problem):
     status, slug, title = 422, "idempotency-key-reused", "Idempotency-Key reused with a different request"
+
+
+class RateLimited(Problem):
+    status, slug, title = 429, "rate-limited", "Too many requests"
+
+
+class RequestHeaderFieldsTooLarge(Problem):
+    status, slug, title = 431, "request-header-fields-too-large", "Request header fields too large"
 
 
 class StorageUnavailable(Problem):

@@ -28,6 +28,7 @@ from events_api.errors import (
 from events_api.idempotency import fingerprint
 from events_api.ids import RandomBytes, event_id_time, new_event_id, truncate_to_millis
 from events_api.lanes import lane_for
+from events_api.limits import check_payload
 from events_api.models import (
     BatchAccepted,
     BatchIn,
@@ -101,6 +102,7 @@ def _utc(at: datetime | None, pointer: str) -> datetime | None:
 
 
 def _native(event: EventIn, prefix: str) -> Submitted:
+    check_payload(event.payload, f"{prefix}/payload")
     return Submitted(
         event.event_type,
         event.payload,
@@ -116,6 +118,7 @@ def _native(event: EventIn, prefix: str) -> Submitted:
 
 
 def _cloudevent(event: CloudEventIn, prefix: str) -> Submitted:
+    check_payload(event.data, f"{prefix}/data")
     return Submitted(
         event.type,
         event.data,

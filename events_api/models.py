@@ -49,7 +49,7 @@ class ProblemError(Struct):
 
 
 class TenantIn(Struct, forbid_unknown_fields=True):
-    id: str
+    id: Annotated[str, Meta(pattern=TENANT_ID_PATTERN, description="e.g. `acme`")]
 
 
 class Tenant(Struct):
@@ -88,6 +88,45 @@ class RoutingOut(Struct):
     dead_letter_topic: str
     topics: dict[str, str]
     cluster: str
+
+
+PerSecond = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+
+
+class RateLimitsIn(Struct, forbid_unknown_fields=True):
+    events_per_second: Annotated[
+        PerSecond | None,
+        Meta(description="Events per second (batches count their events); 0: unlimited; null: default"),
+    ] = None
+    bytes_per_second: Annotated[
+        PerSecond | None, Meta(description="Request body bytes per second; 0: unlimited; null: the default")
+    ] = None
+
+
+class RateLimitsOut(Struct):
+    tenant: str
+    events_per_second: Annotated[int | None, Meta(description="As set for this tenant; null: the default")]
+    bytes_per_second: int | None
+    effective_events_per_second: Annotated[int, Meta(description="What applies now (0: unlimited)")]
+    effective_bytes_per_second: int
+
+
+# --- audit ------------------------------------------------------------------------------------
+
+
+class AuditEntryOut(Struct):
+    id: int
+    at: datetime
+    tenant: str
+    actor: Annotated[str, Meta(description="The API key id that made the change, or `admin`, or `cli:<user>`")]
+    action: Annotated[str, Meta(description="e.g. `api_key.created`, `schema.version_registered`")]
+    target: str | None
+    details: dict[str, Any] | None
+
+
+class AuditPage(Struct):
+    entries: list[AuditEntryOut]
+    next_cursor: Annotated[str | None, Meta(description="Pass as `cursor` for older entries; null at the end")]
 
 
 # --- schemas ----------------------------------------------------------------------------------

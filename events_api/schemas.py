@@ -168,7 +168,7 @@ class SchemaRegistry:
         schema: dict[str, Any],
         *,
         now: datetime,
-        created_by: str | None,
+        created_by: str,
     ) -> Registration:
         check_event_type(event_type)
         check_schema_limits(schema)
@@ -213,14 +213,14 @@ class SchemaRegistry:
         findings = check_compatibility(mode, schema, previous)
         return CompatibilityReport(not findings, findings)
 
-    async def set_compatibility(self, tenant_id: str, event_type: str, mode: str) -> None:
+    async def set_compatibility(self, tenant_id: str, event_type: str, mode: str, now: datetime, *, actor: str) -> None:
         check_event_type(event_type)
         if mode not in MODES:
             raise ValidationFailed(
                 f"compatibility must be one of {', '.join(MODES)}",
                 errors=[FieldError("/compatibility", f"must be one of {', '.join(MODES)}")],
             )
-        if not await self.store(tenant_id).set_compatibility(event_type, mode):
+        if not await self.store(tenant_id).set_compatibility(event_type, mode, now, actor=actor):
             raise NotFound(f"no event type {event_type!r}")
 
     async def list_types(self, tenant_id: str) -> list[TypeSummary]:

@@ -42,6 +42,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError("must be 0 or a positive integer")
+    return value
+
+
 def _postgres_url(text: str) -> str:
     parts = urlsplit(text.strip())
     if parts.scheme not in {"postgresql", "postgres", "postgresql+psycopg"} or not (parts.hostname or parts.path):
@@ -93,6 +100,9 @@ class Settings:
     partitions_ahead_days: int = 7
     kafka_clusters: dict[str, str] = field(default_factory=dict)
     relay_batch_size: int = 2000
+    read_timeout: timedelta = timedelta(seconds=15)
+    rate_limit_events_per_second: int = 1000
+    rate_limit_bytes_per_second: int = 4 * 1024 * 1024
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -111,6 +121,9 @@ class Settings:
             "partitions_ahead_days": _positive_int,
             "kafka_clusters": _clusters,
             "relay_batch_size": _positive_int,
+            "read_timeout": parse_duration,
+            "rate_limit_events_per_second": _non_negative_int,
+            "rate_limit_bytes_per_second": _non_negative_int,
         }
         values: dict[str, object] = {}
         for name, parse in parsers.items():
@@ -122,7 +135,7 @@ class Settings:
                 values[name] = parse(raw)
             except ValueError as exc:
                 raise SettingsError(f"{var}: {exc}") from None
-        for name in ("idempotency_ttl", "outbox_retention"):
+        for name in ("idempotency_ttl", "outbox_retention", "read_timeout"):
             if name in values and values[name] <= timedelta(0):  # type: ignore[operator]
                 raise SettingsError(f"{PREFIX}{name.upper()}: must be longer than zero")
         return cls(**values)  # type: ignore[arg-type]

@@ -20,10 +20,18 @@ from events_api.auth import (
 )
 from events_api.errors import Conflict, FieldError, NotFound, Unauthorized, ValidationFailed
 from events_api.ids import RandomBytes
-from events_api.models import TENANT_ID_PATTERN, ApiKeyCreated, ApiKeyIn, RoutingIn, RoutingOut, Tenant
+from events_api.models import (
+    TENANT_ID_PATTERN,
+    ApiKeyCreated,
+    ApiKeyIn,
+    RateLimitsIn,
+    RoutingIn,
+    RoutingOut,
+    Tenant,
+)
 from events_api.routing import Routing, validate
 from events_api.storage.database import Database
-from events_api.storage.platform import PlatformStore, StoredKey
+from events_api.storage.platform import PlatformStore, RateLimits, StoredKey
 
 _TENANT_ID = re.compile(TENANT_ID_PATTERN)
 _KEY_ID = re.compile(r"key_[0-9a-z]{16}")
@@ -97,17 +105,17 @@ class Tenants:
         if len(self._keys) > KEY_CACHE_SIZE:
             self._keys.popitem(last=False)
 
-    async def create(self, tenant_id: str, now: datetime) -> Tenant:
+    async def create(self, tenant_id: str, now: datetime, *, actor: str) -> Tenant:
         if not _TENANT_ID.fullmatch(tenant_id):
             raise ValidationFailed(
                 f"tenant id must match {TENANT_ID_PATTERN}",
                 errors=[FieldError("/id", f"must match {TENANT_ID_PATTERN}")],
             )
-        if not await self.store.create_tenant(tenant_id, now):
+        if not await self.store.create_tenant(tenant_id, now, actor=actor):
             raise Conflict(f"tenant {tenant_id!r} already exists")
         return Tenant(tenant_id, now)
 
-    async def create_key(self, tenant_id: str, request: ApiKeyIn, now: datetime) -> ApiKeyCreated:
+    async def create_key(self, tenant_id: str, request: ApiKeyIn, now: datetime, *, actor: str) -> ApiKeyCreated:
         if request.expires_at is not None and request.expires_at <= now:
             raise ValidationFailed(
                 "expires_at is in the past", errors=[FieldError("/expires_at", "must be in the future")]
@@ -123,26 +131,37 @@ class Tenants:
             secret_hash=issued.secret_hash,
             now=now,
             expires_at=request.expires_at,
+            actor=actor,
         )
         return ApiKeyCreated(
             issued.key_id, issued.token, tenant_id, request.name, list(scopes), now, request.expires_at
         )
 
-    async def put_routing(self, tenant_id: str, request: RoutingIn, now: datetime) -> RoutingOut:
+    async def put_routing(self, tenant_id: str, request: RoutingIn, now: datetime, *, actor: str) -> RoutingOut:
         routing = validate(Routing(request.topic_template, request.dead_letter_topic, request.topics, request.cluster))
         await self._require_tenant(tenant_id)
-        await self.store.put_routing(tenant_id, routing, now)
+        await self.store.put_routing(tenant_id, routing, now, actor=actor)
         return _routing_out(tenant_id, routing)
 
     async def get_routing(self, tenant_id: str) -> RoutingOut:
         await self._require_tenant(tenant_id)
         return _routing_out(tenant_id, await self.store.get_routing(tenant_id))
 
-    async def revoke_key(self, tenant_id: str, key_id: str, now: datetime) -> None:
+    async def put_rate_limits(self, tenant_id: str, request: RateLimitsIn, now: datetime, *, actor: str) -> RateLimits:
+        await self._require_tenant(tenant_id)
+        limits = RateLimits(request.events_per_second, request.bytes_per_second)
+        await self.store.put_rate_limits(tenant_id, limits, now, actor=actor)
+        return limits
+
+    async def get_rate_limits(self, tenant_id: str) -> RateLimits:
+        await self._require_tenant(tenant_id)
+        return await self.store.get_rate_limits(tenant_id)
+
+    async def revoke_key(self, tenant_id: str, key_id: str, now: datetime, *, actor: str) -> None:
         self._keys.pop(key_id, None)
         if not _TENANT_ID.fullmatch(tenant_id) or not _KEY_ID.fullmatch(key_id):
             raise NotFound(f"tenant {tenant_id[:80]!r} has no API key {key_id[:80]!r}")
-        if not await self.store.revoke_api_key(tenant_id, key_id, now):
+        if not await self.store.revoke_api_key(tenant_id, key_id, now, actor=actor):
             raise NotFound(f"tenant {tenant_id!r} has no API key {key_id[:80]!r}")
 
     async def _require_tenant(self, tenant_id: str) -> None:

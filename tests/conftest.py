@@ -141,18 +141,19 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="session")
-def server(database_url: str) -> Iterator[str]:
+@contextmanager
+def serving(database_url: str, workers: int = 2, **env: str) -> Iterator[str]:
+    """`events-api serve` as a subprocess on a free port; yields its base URL. `env`: more EVENTS_API_*."""
     port = free_port()
-    env = {
+    environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith("EVENTS_API_")},
         "EVENTS_API_DATABASE_URL": database_url,
         "EVENTS_API_ADMIN_TOKEN": ADMIN_TOKEN,
-        "EVENTS_API_MAX_BODY_BYTES": "65536",
+        **{f"EVENTS_API_{name.upper()}": value for name, value in env.items()},
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", "2"],
-        env=env,
+        [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", str(workers)],
+        env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -176,6 +177,13 @@ def server(database_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def server(database_url: str) -> Iterator[str]:
+    """The real server shared by the session (2 workers)."""
+    with serving(database_url, max_body_bytes="65536") as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
 def live_tenant(server: str) -> dict[str, str]:
     tenant_id = "live-" + secrets.token_hex(4)
     with httpx.Client(base_url=server, headers=ADMIN) as http:
@@ -185,3 +193,8 @@ def live_tenant(server: str) -> dict[str, str]:
         registered = http.post("/v1/schemas/order.created/versions", json={"schema": ORDER_SCHEMA}, headers=auth)
         assert registered.status_code == 201
     return {"tenant": tenant_id, **auth}
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return os.environ.get("EVENTS_API_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

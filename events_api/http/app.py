@@ -8,20 +8,22 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from litestar import Litestar, MediaType, get
+from litestar import Litestar, MediaType, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 from events_api.announcements import VersionAnnouncements
+from events_api.audit import Audit
 from events_api.dead_letters import DeadLetters
 from events_api.errors import Problem, StorageUnavailable
 from events_api.http.openapi import openapi_config, openapi_document
 from events_api.http.problems import http_exception_handler, internal_error_handler, problem_handler
-from events_api.http.routes import dead_letters, events, ops, schemas, tenants
+from events_api.http.routes import audit, dead_letters, events, ops, schemas, tenants
 from events_api.http.services import AnyRequest, Services
 from events_api.ids import RandomBytes
 from events_api.ingest import Ingest
 from events_api.logs import setup_logging
+from events_api.ratelimit import Effective, RateLimiter
 from events_api.schemas import SchemaRegistry
 from events_api.settings import Settings
 from events_api.storage.database import Database
@@ -38,6 +40,9 @@ ROUTES = [
     tenants.revoke_api_key,
     tenants.put_routing,
     tenants.get_routing,
+    tenants.put_rate_limits,
+    tenants.get_rate_limits,
+    audit.list_audit_entries,
     schemas.list_event_types,
     schemas.register_schema,
     schemas.list_schema_versions,
@@ -59,6 +64,16 @@ async def serve_openapi(request: AnyRequest) -> dict[str, Any]:
     return openapi_document(request.app)
 
 
+async def answer_options(request: AnyRequest) -> Response[None] | None:
+    """OPTIONS lists every method of the path. (Litestar's own answer names only the methods of the first
+    handler registered for a path when several handlers share it.)"""
+    if request.method != "OPTIONS":
+        return None
+    template = request.scope["path_template"]
+    methods = {m for route in request.app.routes if route.path_format == template for m in route.methods}
+    return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(methods | {"OPTIONS"}))})
+
+
 def build_services(
     settings: Settings, *, clock: Callable[[], datetime] | None = None, random: RandomBytes = os.urandom
 ) -> Services:
@@ -77,6 +92,13 @@ def build_services(
         announcements=announcements,
         ingest=Ingest(db, registry, tenants, idempotency_ttl=settings.idempotency_ttl, clock=now, random=random),
         dead_letters=DeadLetters(db),
+        limiter=RateLimiter(
+            settings.redis_url,
+            tenants.store,
+            Effective(settings.rate_limit_events_per_second, settings.rate_limit_bytes_per_second),
+            largest_request=Effective(settings.max_batch_events, settings.max_body_bytes),
+        ),
+        audit=Audit(db),
         clock=now,
     )
 
@@ -105,8 +127,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     return Litestar(
         route_handlers=[*ROUTES, serve_openapi],
         state=State({"services": svc}),
+        before_request=answer_options,
         on_startup=[prepare_partitions, svc.announcements.start],
-        on_shutdown=[svc.announcements.close, svc.ingest.close, svc.db.dispose],
+        on_shutdown=[svc.announcements.close, svc.limiter.close, svc.ingest.close, svc.db.dispose],
         exception_handlers={
             Problem: problem_handler,
             HTTPException: http_exception_handler,

@@ -13,8 +13,20 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
 from events_api import __version__
+from events_api.models import EVENT_TYPE_PATTERN, MAX_EVENT_TYPE_LENGTH, TENANT_ID_PATTERN
 
 REF = "#/components/schemas/{name}"
+# What the path and query parameters look like. The handlers check them where they are used (an id of
+# the wrong form is simply not found); the document states the form so that clients and schemathesis
+# generate values the API accepts.
+PARAMETER_SCHEMAS: dict[str, dict[str, Any]] = {
+    "tenant": {"pattern": TENANT_ID_PATTERN},
+    "key_id": {"pattern": r"^key_[0-9a-z]{16}$"},
+    "event_type": {"pattern": EVENT_TYPE_PATTERN, "maxLength": MAX_EVENT_TYPE_LENGTH},
+    "event_id": {"pattern": r"^evt_[0-7][0-9A-HJKMNP-TV-Z]{25}$"},
+    "version": {"pattern": r"^([1-9][0-9]{0,8}|latest)$"},
+    "idempotency_key": {"pattern": r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$"},
+}
 
 
 def openapi_config() -> OpenAPIConfig:
@@ -47,6 +59,9 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
                 operation = document["paths"].get(route.path_format, {}).get(method.lower())
                 if operation is None:
                     continue
+                for parameter in operation.get("parameters", []):
+                    if parameter["in"] in ("path", "query") and parameter["name"] in PARAMETER_SCHEMAS:
+                        parameter["schema"] = _with_form(parameter["schema"], PARAMETER_SCHEMAS[parameter["name"]])
                 if auth := handler.opt.get("auth"):
                     operation["x-auth"] = copy.deepcopy(auth)  # no YAML anchors between operations
                 for response in operation.get("responses", {}).values():
@@ -75,3 +90,10 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
         else:
             operation["responses"][where]["content"] = {"application/json": {"schema": ref}}
     return document
+
+
+def _with_form(schema: dict[str, Any], form: dict[str, Any]) -> dict[str, Any]:
+    """A parameter's schema with the form added to its string branch (Litestar writes `oneOf` for optionals)."""
+    if "oneOf" in schema:
+        return {**schema, "oneOf": [_with_form(s, form) if s.get("type") == "string" else s for s in schema["oneOf"]]}
+    return {**schema, **form}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,10 +11,12 @@ from typing import Any
 from litestar import Request
 
 from events_api.announcements import VersionAnnouncements
-from events_api.auth import PlatformAdmin, Scope, TenantCaller, bearer_token
+from events_api.audit import Audit
+from events_api.auth import Caller, PlatformAdmin, Scope, TenantCaller, bearer_token
 from events_api.dead_letters import DeadLetters
-from events_api.errors import Forbidden, PayloadTooLarge, UnsupportedMediaType
+from events_api.errors import Forbidden, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from events_api.ingest import Ingest
+from events_api.ratelimit import RateLimiter
 from events_api.schemas import SchemaRegistry
 from events_api.settings import Settings
 from events_api.storage.database import Database
@@ -31,6 +34,8 @@ class Services:
     announcements: VersionAnnouncements
     ingest: Ingest
     dead_letters: DeadLetters
+    limiter: RateLimiter
+    audit: Audit
     clock: Callable[[], datetime]
 
 
@@ -39,11 +44,18 @@ def services(request: AnyRequest) -> Services:
     return found
 
 
-async def authorize_admin(request: AnyRequest) -> None:
+async def authorize_admin(request: AnyRequest) -> PlatformAdmin:
     svc = services(request)
     caller = await svc.tenants.authenticate(bearer_token(request.headers.get("authorization")), svc.clock())
     if not isinstance(caller, PlatformAdmin):
         raise Forbidden("this endpoint needs the platform admin token")
+    return caller
+
+
+async def authorize_any(request: AnyRequest) -> Caller:
+    """The platform admin or any valid tenant key (for endpoints that show each caller its own part)."""
+    svc = services(request)
+    return await svc.tenants.authenticate(bearer_token(request.headers.get("authorization")), svc.clock())
 
 
 async def authorize_tenant(request: AnyRequest, *any_of: Scope, cached: bool = False) -> TenantCaller:
@@ -63,14 +75,23 @@ def media_type(request: AnyRequest) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
-async def read_body(request: AnyRequest, accepted: tuple[str, ...]) -> tuple[str, bytes]:
-    """The body and its media type. 415 for a type not in `accepted`; 413 past MAX_BODY_BYTES,
-    decided from Content-Length before reading, and while streaming otherwise."""
+async def read_body(request: AnyRequest, accepted: tuple[str, ...], *, optional: bool = False) -> tuple[str, bytes]:
+    """The body and its media type. 415 for a type not in `accepted` (an empty body needs none when
+    `optional`); 413 past MAX_BODY_BYTES, decided from Content-Length before reading, and while streaming
+    otherwise; 408 when it does not arrive within READ_TIMEOUT (a slow upload holds nothing for long)."""
+    settings = services(request).settings
     kind = media_type(request)
-    if kind not in accepted:
+    if kind not in accepted and not optional:
         raise UnsupportedMediaType(f"send Content-Type: {' or '.join(accepted)} (got {kind or 'none'!r})")
-    limit = services(request).settings.max_body_bytes
     length = request.headers.get("content-length", "")
-    if length.isascii() and length.isdigit() and int(length) > limit:
-        raise PayloadTooLarge(f"the body is {length} bytes; the limit is {limit}")
-    return kind, await request.body()
+    if length.isascii() and length.isdigit() and int(length) > settings.max_body_bytes:
+        raise PayloadTooLarge(f"the body is {length} bytes; the limit is {settings.max_body_bytes}")
+    timeout = settings.read_timeout.total_seconds()
+    try:
+        async with asyncio.timeout(timeout):
+            body = await request.body()
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout:g} s") from None
+    if kind not in accepted and body:
+        raise UnsupportedMediaType(f"send Content-Type: {' or '.join(accepted)} (got {kind or 'none'!r})")
+    return kind, body

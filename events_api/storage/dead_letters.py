@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, literal, select, tuple_
+from sqlalchemy import and_, delete, func, insert, literal, select, text, tuple_
 
+from events_api.storage.audit import record
 from events_api.storage.database import Database
-from events_api.storage.partitions import ensure_partitions
+from events_api.storage.partitions import PARTITION_LOCK_SQL, ensure_partitions
 from events_api.storage.tables import dead_letters, outbox
 
 
@@ -73,7 +75,9 @@ class DeadLetterStore:
         async with self.db.autocommit() as conn:
             return [DeadLetter(*row) for row in await conn.execute(stmt)]
 
-    async def redrive(self, *, event_ids: Sequence[str] | None, event_type: str | None) -> int:
+    async def redrive(
+        self, *, event_ids: Sequence[str] | None, event_type: str | None, now: datetime, actor: str
+    ) -> int:
         """redrive_dead_letters: move the chosen dead letters back into the outbox, at the end of their lanes,
         with their attempts reset. Returns how many moved."""
         chosen = [dead_letters.c.tenant_id == self.tenant_id]
@@ -82,6 +86,8 @@ class DeadLetterStore:
         if event_type is not None:
             chosen.append(dead_letters.c.event_type == event_type)
         async with self.db.transaction() as conn:
+            # lock_partition_ddl: maintenance cannot drop a day's partition between the check below and the insert
+            await conn.execute(text(PARTITION_LOCK_SQL))
             day = func.date_trunc("day", dead_letters.c.received_at, "UTC")
             days = (await conn.execute(select(day).where(and_(*chosen)).distinct())).scalars()
             # Their day's partition may have been dropped meanwhile (nothing pending was left in it).
@@ -100,6 +106,19 @@ class DeadLetterStore:
                         *(moved_cte.c[name] for name in _BACK), literal("pending"), literal(0), literal(NOW_DUE)
                     ).order_by(moved_cte.c.seq),  # new sequence numbers in the order they were first accepted
                 )
-                .returning(outbox.c.event_id)  # counted from the rows: rowcount is not reported for this form
+                .returning(outbox.c.event_id)
             )
-            return len((await conn.execute(stmt)).all())
+            count = len((await conn.execute(stmt)).all())  # from the rows: rowcount is not reported for this form
+            if count:
+                details: dict[str, Any] = {"count": count, "event_type": event_type}
+                target = event_ids[0] if event_ids is not None and len(event_ids) == 1 else None
+                await record(
+                    conn,
+                    tenant_id=self.tenant_id,
+                    actor=actor,
+                    action="dead_letters.redriven",
+                    at=now,
+                    target=target,
+                    details=details,
+                )
+            return count

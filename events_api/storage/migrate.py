@@ -30,6 +30,12 @@ def head_revision() -> str:
     return head
 
 
+def schema_is_current(revision: str | None, head: str) -> bool:
+    """Whether a database at `revision` serves a build whose newest migration is `head`: at it, or past it
+    (revisions are numbered in order, and each migration keeps the previous build working)."""
+    return revision is not None and revision.isdigit() and int(revision) >= int(head)
+
+
 def migrate(sqlalchemy_url: str, *, now: datetime, partitions_ahead_days: int) -> list[str]:
     """Idempotent: apply pending migrations and create missing partitions. Returns created partitions."""
     command.upgrade(alembic_config(sqlalchemy_url), "head")

@@ -11,8 +11,17 @@ from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from events_api.routing import Routing
+from events_api.storage.audit import record
 from events_api.storage.database import Database
-from events_api.storage.tables import api_keys, tenant_routing, tenants
+from events_api.storage.tables import api_keys, tenant_rate_limits, tenant_routing, tenants
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    """Per second; None means the platform default (EVENTS_API_RATE_LIMIT_*), 0 means unlimited."""
+
+    events_per_second: int | None = None
+    bytes_per_second: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +38,7 @@ class PlatformStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def create_tenant(self, tenant_id: str, now: datetime) -> bool:
+    async def create_tenant(self, tenant_id: str, now: datetime, *, actor: str) -> bool:
         """create_tenant: insert a tenant; False when the id is taken."""
         stmt = (
             pg_insert(tenants)
@@ -38,7 +47,10 @@ class PlatformStore:
             .returning(tenants.c.id)
         )
         async with self.db.transaction() as conn:
-            return (await conn.execute(stmt)).first() is not None
+            if (await conn.execute(stmt)).first() is None:
+                return False
+            await record(conn, tenant_id=tenant_id, actor=actor, action="tenant.created", at=now)
+            return True
 
     async def tenant_exists(self, tenant_id: str) -> bool:
         """tenant_exists: is there a tenant with this id."""
@@ -56,6 +68,7 @@ class PlatformStore:
         secret_hash: bytes,
         now: datetime,
         expires_at: datetime | None,
+        actor: str,
     ) -> None:
         """create_api_key: store a new key's hash for a tenant."""
         stmt = insert(api_keys).values(
@@ -67,10 +80,14 @@ class PlatformStore:
             created_at=now,
             expires_at=expires_at,
         )
+        details = {"name": name, "scopes": list(scopes), "expires_at": None if expires_at is None else str(expires_at)}
         async with self.db.transaction() as conn:
             await conn.execute(stmt)
+            await record(
+                conn, tenant_id=tenant_id, actor=actor, action="api_key.created", at=now, target=key_id, details=details
+            )
 
-    async def revoke_api_key(self, tenant_id: str, key_id: str, now: datetime) -> bool:
+    async def revoke_api_key(self, tenant_id: str, key_id: str, now: datetime, *, actor: str) -> bool:
         """revoke_api_key: mark a tenant's key revoked; False when the tenant has no such key."""
         stmt = (
             update(api_keys)
@@ -79,7 +96,10 @@ class PlatformStore:
             .returning(api_keys.c.id)
         )
         async with self.db.transaction() as conn:
-            return (await conn.execute(stmt)).first() is not None
+            if (await conn.execute(stmt)).first() is None:
+                return False
+            await record(conn, tenant_id=tenant_id, actor=actor, action="api_key.revoked", at=now, target=key_id)
+            return True
 
     async def load_api_key(self, key_id: str) -> StoredKey | None:
         """load_api_key: the key row that authenticates a request (this decides the tenant)."""
@@ -103,7 +123,7 @@ class PlatformStore:
             revoked_at=row.revoked_at,
         )
 
-    async def put_routing(self, tenant_id: str, routing: Routing, now: datetime) -> None:
+    async def put_routing(self, tenant_id: str, routing: Routing, now: datetime, *, actor: str) -> None:
         """put_routing: set a tenant's routing (insert or replace)."""
         values = {
             "topic_template": routing.topic_template,
@@ -114,8 +134,10 @@ class PlatformStore:
         }
         stmt = pg_insert(tenant_routing).values(tenant_id=tenant_id, **values)
         stmt = stmt.on_conflict_do_update(index_elements=[tenant_routing.c.tenant_id], set_=values)
+        details = {k: v for k, v in values.items() if k != "updated_at"}
         async with self.db.transaction() as conn:
             await conn.execute(stmt)
+            await record(conn, tenant_id=tenant_id, actor=actor, action="routing.updated", at=now, details=details)
 
     async def get_routing(self, tenant_id: str) -> Routing:
         """get_routing: a tenant's routing, or the defaults when it never set one."""
@@ -128,3 +150,26 @@ class PlatformStore:
         async with self.db.autocommit() as conn:
             row = (await conn.execute(stmt)).first()
         return Routing() if row is None else Routing(row[0], row[1], dict(row[2]), row[3])
+
+    async def put_rate_limits(self, tenant_id: str, limits: RateLimits, now: datetime, *, actor: str) -> None:
+        """put_rate_limits: set a tenant's ingest rate limits (None: the default)."""
+        values = {
+            "events_per_second": limits.events_per_second,
+            "bytes_per_second": limits.bytes_per_second,
+            "updated_at": now,
+        }
+        stmt = pg_insert(tenant_rate_limits).values(tenant_id=tenant_id, **values)
+        stmt = stmt.on_conflict_do_update(index_elements=[tenant_rate_limits.c.tenant_id], set_=values)
+        details = {k: v for k, v in values.items() if k != "updated_at"}
+        async with self.db.transaction() as conn:
+            await conn.execute(stmt)
+            await record(conn, tenant_id=tenant_id, actor=actor, action="rate_limits.updated", at=now, details=details)
+
+    async def get_rate_limits(self, tenant_id: str) -> RateLimits:
+        """get_rate_limits: a tenant's own limits (None where it uses the default)."""
+        stmt = select(tenant_rate_limits.c.events_per_second, tenant_rate_limits.c.bytes_per_second).where(
+            tenant_rate_limits.c.tenant_id == tenant_id
+        )
+        async with self.db.autocommit() as conn:
+            row = (await conn.execute(stmt)).first()
+        return RateLimits() if row is None else RateLimits(row[0], row[1])

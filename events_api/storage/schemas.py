@@ -11,6 +11,7 @@ from sqlalchemy import and_, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from events_api.storage.audit import record
 from events_api.storage.database import Database
 from events_api.storage.tables import event_types, schema_versions
 
@@ -74,7 +75,7 @@ class SchemaStore:
         fingerprint: bytes,
         *,
         now: datetime,
-        created_by: str | None,
+        created_by: str,
         check: CompatibilityCheck,
     ) -> Registration:
         """Store `schema` as the next version, or return the version that already has this fingerprint.
@@ -121,6 +122,15 @@ class SchemaStore:
                     created_at=now,
                     created_by=created_by,
                 )
+            )
+            await record(
+                conn,
+                tenant_id=self.tenant_id,
+                actor=created_by,
+                action="schema.version_registered",
+                at=now,
+                target=event_type,
+                details={"version": version, "compatibility": compatibility},
             )
             return Registration(version, compatibility, created=True)
 
@@ -174,7 +184,7 @@ class SchemaStore:
         async with self.db.autocommit() as conn:
             return [VersionSummary(*row) for row in await conn.execute(stmt)]
 
-    async def set_compatibility(self, event_type: str, mode: str) -> bool:
+    async def set_compatibility(self, event_type: str, mode: str, now: datetime, *, actor: str) -> bool:
         """set_compatibility: change a type's mode; False when the tenant has no such type."""
         stmt = (
             update(event_types)
@@ -183,7 +193,18 @@ class SchemaStore:
             .returning(event_types.c.event_type)
         )
         async with self.db.transaction() as conn:
-            return (await conn.execute(stmt)).first() is not None
+            if (await conn.execute(stmt)).first() is None:
+                return False
+            await record(
+                conn,
+                tenant_id=self.tenant_id,
+                actor=actor,
+                action="schema.compatibility_updated",
+                at=now,
+                target=event_type,
+                details={"compatibility": mode},
+            )
+            return True
 
     async def get(self, event_type: str, version: int | None) -> StoredSchema | None:
         """get_schema_version: one version of a type, or its latest when `version` is None."""

@@ -12,6 +12,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -181,4 +182,29 @@ dead_letters = Table(
     PrimaryKeyConstraint("tenant_id", "event_id"),
     Index(None, "tenant_id", "dead_lettered_at", "event_id"),
     Index(None, "tenant_id", "event_type", "dead_lettered_at", "event_id"),
+)
+
+# Per-tenant ingest rate limits; a missing row or a NULL column means the EVENTS_API_RATE_LIMIT_* default.
+tenant_rate_limits = Table(
+    "tenant_rate_limits",
+    metadata,
+    Column("tenant_id", Text, ForeignKey("tenants.id"), primary_key=True),
+    Column("events_per_second", Integer, nullable=True),
+    Column("bytes_per_second", BigInteger, nullable=True),
+    _timestamp("updated_at"),
+)
+
+# Every admin and schema change, written in the transaction that makes the change. `tenant_id` is the
+# tenant the change concerns; `actor` is the key id that made it, `admin` (platform token) or `cli:<user>`.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    _timestamp("at"),
+    Column("tenant_id", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target", Text, nullable=True),
+    Column("details", JSONB, nullable=True),
+    Index(None, "tenant_id", "id"),
 )

@@ -35,10 +35,17 @@ async def key(writer: OutboxWriter) -> tuple[str, str]:
     platform = PlatformStore(writer.db)
     tenant = "w-" + secrets.token_hex(5)
     now = datetime.now(UTC)
-    await platform.create_tenant(tenant, now)
+    await platform.create_tenant(tenant, now, actor="test")
     key_id = "key_" + secrets.token_hex(8)
     await platform.create_api_key(
-        tenant, key_id=key_id, name="t", scopes=["events:publish"], secret_hash=b"x", now=now, expires_at=None
+        tenant,
+        key_id=key_id,
+        name="t",
+        scopes=["events:publish"],
+        secret_hash=b"x",
+        now=now,
+        expires_at=None,
+        actor="test",
     )
     return tenant, key_id
 
@@ -96,7 +103,7 @@ async def test_one_key_twice_is_never_in_one_group(writer: OutboxWriter, key: tu
 
 async def test_revoked_key_stores_nothing(writer: OutboxWriter, key: tuple[str, str], sql: Any) -> None:
     tenant, key_id = key
-    await PlatformStore(writer.db).revoke_api_key(tenant, key_id, datetime.now(UTC))
+    await PlatformStore(writer.db).revoke_api_key(tenant, key_id, datetime.now(UTC), actor="test")
     idempotency_key = secrets.token_hex(6)
     assert await writer.accept(tenant, key_id, *_request(idempotency_key)) is Accepted.CALLER_NOT_LIVE
     assert await writer.accept(tenant, "key_other", *_request(idempotency_key)) is Accepted.CALLER_NOT_LIVE
@@ -139,7 +146,9 @@ async def test_a_revocation_waits_for_a_publish_in_flight(
         )
         publish = asyncio.create_task(writer.accept(tenant, key_id, *_request(idempotency_key)))
         await asyncio.sleep(0.3)
-        revoke = asyncio.create_task(PlatformStore(writer.db).revoke_api_key(tenant, key_id, datetime.now(UTC)))
+        revoke = asyncio.create_task(
+            PlatformStore(writer.db).revoke_api_key(tenant, key_id, datetime.now(UTC), actor="test")
+        )
         await asyncio.sleep(0.3)
         assert not revoke.done(), "the revocation committed while a publish with that key was in flight"
         blocker.rollback()

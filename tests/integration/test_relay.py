@@ -345,6 +345,12 @@ async def test_dead_letters_are_listed_and_redriven_once_the_cause_is_fixed(
         assert {(await s.status(e))["status"] for e in lost} == {"published"}
         empty = await s.api.get("/v1/dead-letters", headers=s.tenant.auth)
         assert empty.json() == {"dead_letters": [], "next_cursor": None}
+        audit = await s.api.get("/v1/audit", params={"action": "dead_letters.redriven"}, headers=s.tenant.auth)
+        redrives = [(e["actor"], e["target"], e["details"]) for e in reversed(audit.json()["entries"])]
+        assert redrives == [
+            (s.tenant.key_id, lost[0], {"count": 1, "event_type": None}),
+            (s.tenant.key_id, None, {"count": 2, "event_type": "order.created"}),
+        ]
 
         other = await new_tenant(s.api)
         assert (await s.api.get("/v1/dead-letters", headers=other.auth)).json()["dead_letters"] == []

@@ -69,6 +69,23 @@ def test_unknown_routes_and_methods_are_problems(server: str) -> None:
     assert wrong_method.json()["status"] == 405
 
 
+def test_every_undocumented_method_is_405_with_allow(server: str) -> None:
+    """What schemathesis's unsupported_method check (ST205) asks, for every path of the document. OPTIONS
+    is answered (204 with Allow), as RFC 9110 describes it; it is not an operation of the API."""
+    paths: dict[str, Any] = httpx.get(f"{server}/openapi.json").json()["paths"]
+    for path, item in paths.items():
+        url = server + path.format(tenant="acme", key_id="key_0", event_type="a", version="1", event_id="evt_0")
+        documented = {method.upper() for method in item}
+        for method in sorted({"GET", "POST", "PUT", "PATCH", "DELETE"} - documented):
+            response = httpx.request(method, url)
+            assert response.status_code == 405, (method, path)
+            assert response.headers["content-type"] == "application/problem+json"
+            assert documented <= {m.strip() for m in response.headers["allow"].split(",")}, (method, path)
+        options = httpx.options(url)
+        assert options.status_code == 204
+        assert documented <= {m.strip() for m in options.headers["allow"].split(",")}
+
+
 def test_migrate_command(database_url: str) -> None:
     env = {**os.environ, "EVENTS_API_DATABASE_URL": database_url}
     result = subprocess.run(

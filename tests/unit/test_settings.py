@@ -113,3 +113,12 @@ def test_named_kafka_clusters() -> None:
     for bad in ("eu", "EU=k1:9092", "eu=no-port", "=k1:9092"):
         with pytest.raises(SettingsError, match="EVENTS_API_KAFKA_CLUSTERS"):
             Settings.from_env({"EVENTS_API_KAFKA_CLUSTERS": bad})
+
+
+def test_a_build_is_ready_on_its_schema_or_a_newer_one() -> None:
+    from events_api.storage.migrate import schema_is_current
+
+    assert schema_is_current("0003", "0003")
+    assert schema_is_current("0004", "0003")  # migrations run before code: the old build keeps serving
+    assert not schema_is_current("0002", "0003")
+    assert not schema_is_current(None, "0003")

@@ -45,7 +45,8 @@ async def list_dead_letters(
 )
 async def redrive_dead_letter(request: AnyRequest, event_id: FromPath[str]) -> RedriveOne:
     caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
-    await services(request).dead_letters.redrive_one(caller.tenant_id, event_id)
+    svc = services(request)
+    await svc.dead_letters.redrive_one(caller.tenant_id, event_id, svc.clock(), actor=caller.actor)
     return RedriveOne(event_id, "pending")
 
 
@@ -59,9 +60,8 @@ async def redrive_dead_letter(request: AnyRequest, event_id: FromPath[str]) -> R
 )
 async def redrive_dead_letters(request: AnyRequest) -> Response[RedriveCount]:
     caller = await authorize_tenant(request, Scope.DEAD_LETTERS_MANAGE)
-    event_type = None
-    if await request.body():  # the body is optional; read it whether its length was declared or chunked
-        _, body = await read_body(request, ("application/json",))
-        event_type = decode_body(body, RedriveIn).event_type
-    count = await services(request).dead_letters.redrive_all(caller.tenant_id, event_type)
+    _, body = await read_body(request, ("application/json",), optional=True)
+    event_type = decode_body(body, RedriveIn).event_type if body else None
+    svc = services(request)
+    count = await svc.dead_letters.redrive_all(caller.tenant_id, event_type, svc.clock(), actor=caller.actor)
     return Response(RedriveCount(count), status_code=202)

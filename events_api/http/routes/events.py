@@ -35,7 +35,7 @@ REPLAY_HEADER = ResponseHeader(
     documentation_only=True,
     description="`true` when this is a stored response replayed",
 )
-PUBLISH_ERRORS = problems(*AUTHED, 409, 413, 415, 422)
+PUBLISH_ERRORS = problems(*AUTHED, 409, 413, 415, 422, 429)
 _SINGLE_TYPES: dict[str, BodyFormat] = {"application/json": "native", "application/cloudevents+json": "cloudevents"}
 _BATCH_TYPES: dict[str, BodyFormat] = {
     "application/json": "native",
@@ -59,6 +59,7 @@ async def _publish(
             events = [decode_event(body, accepted[kind])]
         else:
             events = decode_batch(body, accepted[kind], svc.settings.max_batch_events)
+        await svc.limiter.admit(caller.tenant_id, len(events), len(body))
         outcome = await svc.ingest.publish(caller, key, operation, events, traceparent=valid_traceparent(traceparent))
     except Problem as problem:
         if 400 <= problem.status < 500 and problem.status != 401:

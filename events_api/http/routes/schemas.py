@@ -53,7 +53,7 @@ async def register_schema(request: AnyRequest, event_type: FromPath[str]) -> Res
         event_type,
         decode_body(body, SchemaIn).schema,
         now=svc.clock(),
-        created_by=caller.key_id,
+        created_by=caller.actor,
     )
     return Response(
         SchemaRegistered(event_type, registration.version, registration.compatibility),
@@ -119,7 +119,8 @@ async def set_compatibility(request: AnyRequest, event_type: FromPath[str]) -> C
     caller = await authorize_tenant(request, Scope.SCHEMAS_WRITE)
     _, body = await read_body(request, ("application/json",))
     mode = decode_body(body, CompatibilityIn).compatibility
-    await services(request).registry.set_compatibility(caller.tenant_id, event_type, mode)
+    svc = services(request)
+    await svc.registry.set_compatibility(caller.tenant_id, event_type, mode, svc.clock(), actor=caller.actor)
     return CompatibilityOut(event_type, mode)
 
 
