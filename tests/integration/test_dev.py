@@ -1,10 +1,12 @@
-"""`events-api dev` as a developer runs it: embedded PostgreSQL and the API from one command, the printed
-key and curl command work, Ctrl-C stops every process, and `--data-dir` keeps events and the key."""
+"""`events-api dev` as a developer runs it: embedded PostgreSQL, Kafka broker, API and relay from one command;
+the printed key, curl and consumer commands work; an accepted event reaches the embedded broker; Ctrl-C and
+SIGTERM stop every process; `--data-dir` keeps events and the key."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import queue
 import re
@@ -24,10 +26,28 @@ from typing import IO
 
 import httpx
 import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.support.kafka import Record, consume_all
 
 READY_LINE = "Press Ctrl-C to stop everything."
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
+PUBLISH_TIMEOUT = 15.0
+# What each child of `events-api dev` is, by a piece of its command line (PostgreSQL's own children too).
+CHILDREN = {
+    "PostgreSQL": "postgres",
+    "the Kafka broker": "tansu broker",
+    "the API": "events_api serve",
+    "the relay": "events_api relay",
+}
+ORDER = {
+    "order_id": "o-7",
+    "customer_id": "c-7",
+    "currency": "EUR",
+    "total_cents": 500,
+    "items": [{"sku": "pen", "quantity": 1, "unit_price_cents": 500}],
+}
 
 
 @dataclass
@@ -49,6 +69,22 @@ class DevRun:
         start = next(i for i, line in enumerate(lines) if line.strip().startswith("curl "))
         end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
         return "\n".join(lines[start : end + 1])
+
+    @property
+    def consumer(self) -> str:
+        """The printed Python command that reads the example topic."""
+        return next(line.strip() for line in self.banner.splitlines() if "import Consumer" in line)
+
+    def children(self) -> dict[str, list[int]]:
+        """The pids of each kind of child, by command line."""
+        return {
+            name: [pid for pid, cmdline in self.cmdlines.items() if needle in cmdline]
+            for name, needle in CHILDREN.items()
+        }
+
+    @property
+    def cmdlines(self) -> dict[int, str]:
+        return {pid: cmdline(pid) for pid in self.descendants}
 
 
 @pytest.fixture
@@ -107,6 +143,13 @@ def still_running(processes: dict[int, str]) -> list[int]:
     return [pid for pid, started in processes.items() if (stat := _stat(pid)) and stat[1] == started]
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def processes_mentioning(*needles: str) -> list[str]:
     """Command lines of live processes containing any of `needles` (zombies have empty command lines)."""
     hits = []
@@ -156,13 +199,19 @@ def start_dev(data_dir: Path, stderr: IO[str]) -> DevRun:
     raise AssertionError(f"events-api dev did not get ready:\n{''.join(seen)}\n{stderr.read()[-3000:]}")
 
 
-def stop_dev(run: DevRun, data_dir: Path) -> None:
-    """Ctrl-C, as the terminal sends it to the foreground process group; then nothing may be left."""
-    os.killpg(run.process.pid, signal.SIGINT)
+def stop_dev(run: DevRun, data_dir: Path, *, signum: int = signal.SIGINT) -> None:
+    """Ctrl-C as the terminal sends it, to the foreground process group; SIGTERM as `kill` or a supervisor
+    sends it, to the process alone. Then nothing it started may be left."""
+    bootstrap = run.field("Kafka broker")
+    if signum == signal.SIGINT:
+        os.killpg(run.process.pid, signum)
+    else:
+        run.process.send_signal(signum)
     assert run.process.wait(STOP_TIMEOUT) == 0
     time.sleep(0.2)
-    assert not still_running(run.descendants), processes_mentioning(str(data_dir), f"--port {run.port}")
-    assert not processes_mentioning(str(data_dir), f"--port {run.port}")
+    left = processes_mentioning(str(data_dir), f"--port {run.port}", f"tcp://{bootstrap}")
+    assert not still_running(run.descendants), left
+    assert not left
 
 
 def kill_leftovers(run: DevRun) -> None:
@@ -176,49 +225,114 @@ def kill_leftovers(run: DevRun) -> None:
     run.reader.join(10)  # the pipe reaches EOF once every process that inherited it is gone
 
 
+def wait_published(api: str, event_id: str, auth: dict[str, str]) -> dict[str, object]:
+    deadline = time.monotonic() + PUBLISH_TIMEOUT
+    while True:
+        status = httpx.get(f"{api}/v1/events/{event_id}", headers=auth)
+        assert status.status_code == 200, status.text
+        body: dict[str, object] = status.json()
+        if body["status"] != "pending" or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+def run_printed_consumer(command: str, wanted: str) -> str:
+    """Run the banner's consumer command until it prints a line containing `wanted` (or 30 s pass)."""
+    process = subprocess.Popen(
+        ["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    assert process.stdout is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            seen.append(line)
+            if wanted in line:
+                return line
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    raise AssertionError(f"the printed consumer did not print {wanted!r}:\n{''.join(seen)}")
+
+
+def check_children(run: DevRun) -> None:
+    children = run.children()
+    assert all(children.values()), f"missing children: {children}\n{run.cmdlines}"
+    assert len(children["PostgreSQL"]) >= 2, "the postmaster and its own processes"
+
+
 def test_dev_runs_everything_stops_cleanly_and_keeps_state(data_dir: Path) -> None:
     require_embedded_postgres()
     with tempfile.TemporaryFile("w+") as stderr:
         first = start_dev(data_dir, stderr)
         try:
-            api, key = first.field("API"), first.field("Tenant key")
+            api, key, bootstrap = first.field("API"), first.field("Tenant key"), first.field("Kafka broker")
             assert api == f"http://127.0.0.1:{first.port}"
-            assert len(first.descendants) >= 2, "PostgreSQL and the API run as children"
-            assert "Kafka" in first.banner
+            assert re.fullmatch(r"127\.0\.0\.1:\d+", bootstrap)
+            check_children(first)
             assert "order.created v1" in first.banner
+            assert "topic of order.created: dev.order.created" in first.banner
+            assert f"kcat -b {bootstrap} -C -t dev.order.created" in first.banner
             assert any("postgres" in line for line in processes_mentioning(str(data_dir)))
+            assert (data_dir / "kafka.log").is_file()
+            # A topic per event type and the dead-letter topic exist before anything is published.
+            topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+            assert {"dev.order.created", "dev.order.shipped", "dev.user.signed-up", "dev.dead-letter"} <= set(topics)
             auth = {"Authorization": f"Bearer {key}"}
-            event = {
-                "event_type": "order.created",
-                "payload": {
-                    "order_id": "o-7",
-                    "customer_id": "c-7",
-                    "currency": "EUR",
-                    "total_cents": 500,
-                    "items": [{"sku": "pen", "quantity": 1, "unit_price_cents": 500}],
-                },
-            }
-            published = httpx.post(
+            event = {"event_type": "order.created", "partition_key": "c-7", "payload": ORDER}
+            accepted = httpx.post(
                 f"{api}/v1/events", json=event, headers={**auth, "Idempotency-Key": secrets.token_hex(8)}
             )
-            assert published.status_code == 202, published.text
-            event_id = published.json()["event_id"]
+            assert accepted.status_code == 202, accepted.text
+            event_id = accepted.json()["event_id"]
+
+            # The relay forwards it to the embedded broker, on the tenant's default route {tenant}.{event_type}.
+            status = wait_published(api, event_id, auth)
+            assert status["status"] == "published", status
+            coordinates = status["kafka"]
+            assert isinstance(coordinates, dict)
+            assert coordinates["topic"] == "dev.order.created"
+            records = consume_all(bootstrap, "dev.order.created", expected=1, timeout=15)
+            assert len(records) == 1, records
+            record: Record = records[0]
+            assert (record.partition, record.offset) == (coordinates["partition"], coordinates["offset"])
+            assert record.key == b"c-7"
+            assert record.value is not None
+            assert json.loads(record.value) == ORDER
+            assert record.headers["ce_id"] == event_id.encode()
+            assert record.headers["ce_type"] == b"order.created"
+            assert record.headers["ce_source"] == b"/tenants/dev"
+
+            # The printed consumer command reads it too (a consumer group: Tansu joins it in about 3 s).
+            line = run_printed_consumer(first.consumer, "o-7")
+            assert line.startswith(f"dev.order.created {record.partition} {record.offset} b'c-7' "), line
+
             if shutil.which("curl") and shutil.which("bash"):  # the printed command is ready to paste
                 pasted = subprocess.run(["bash", "-c", first.curl], capture_output=True, text=True, timeout=15)
                 assert re.match(r"HTTP/\S+ 202", pasted.stdout), pasted.stdout + pasted.stderr
-            stop_dev(first, data_dir)
+            stop_dev(first, data_dir, signum=signal.SIGINT)
         finally:
             kill_leftovers(first)
         assert not (data_dir / "postgres" / "postmaster.pid").exists()
 
         second = start_dev(data_dir, stderr)
         try:
+            check_children(second)
             assert second.field("Tenant key") == key
             assert second.field("Admin token") == first.field("Admin token")
             found = httpx.get(f"{second.field('API')}/v1/events/{event_id}", headers=auth)
             assert found.status_code == 200, found.text
             assert found.json()["event_id"] == event_id
-            stop_dev(second, data_dir)
+            assert found.json()["status"] == "published"  # the outbox is kept; the broker's records are not
+            stop_dev(second, data_dir, signum=signal.SIGTERM)
         finally:
             kill_leftovers(second)
         stderr.seek(0)
