@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from events_api.maintenance import MaintenanceLoop, MaintenancePolicy
 from events_api.routing import Routing
 from events_api.settings import Settings
 from events_api.storage.relay import ClaimedEvent, RelayStore, Settlement
@@ -54,6 +55,10 @@ class Relay:
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.store = RelayStore(settings.psycopg_conninfo)
+        # Partitions ahead, expiry, key pruning: every relay runs the loop, only the elected leader works.
+        self.maintenance = MaintenanceLoop(
+            settings.psycopg_conninfo, MaintenancePolicy.from_settings(settings), clock=clock
+        )
         self.publisher = KafkaPublisher(settings.kafka_cluster_servers(), producer_overrides)
         self.batch_size = settings.relay_batch_size
         self.clock = clock
@@ -69,6 +74,7 @@ class Relay:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop` is set: serve, and after a lost database connect again. Returns after a graceful stop."""
+        maintenance = asyncio.create_task(self.maintenance.run(stop))
         try:
             while not stop.is_set():
                 try:
@@ -87,6 +93,10 @@ class Relay:
                 finally:
                     await self.store.close()  # closing the session releases every lane lock
         finally:
+            if not stop.is_set():
+                maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await maintenance
             self.publisher.close()
             log.info("relay stopped (published %d, retried %d, dead-lettered %d)", *self._counts())
 
