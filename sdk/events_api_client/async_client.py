@@ -9,13 +9,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
 from events_api_client import calls
-from events_api_client.base import DEFAULT_TIMEOUT, BaseClient, FlushTally
+from events_api_client.base import BaseClient, FlushTally
 from events_api_client.calls import Call
 from events_api_client.errors import EventsApiError
 from events_api_client.models import (
@@ -38,26 +37,7 @@ class AsyncEventsClient(BaseClient):
     """The asyncio client; see `EventsClient` for the settings. Use `async with` (or `await aclose()`).
     With a spool, the background flusher is a task started on `async with` or on the first spooled event."""
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str,
-        *,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        spool_path: str | Path | None = None,
-        flush_interval: float | None = 5.0,
-        limits: httpx.Limits | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            timeout=timeout,
-            retry=retry,
-            spool_path=spool_path,
-            flush_interval=flush_interval,
-            limits=limits,
-        )
+    def _open(self) -> None:
         self._http = httpx.AsyncClient(**self._http_options)
         self._flush_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None

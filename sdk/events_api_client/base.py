@@ -54,6 +54,11 @@ class BaseClient:
             "timeout": timeout,
             "limits": limits or httpx.Limits(max_connections=50, max_keepalive_connections=20),
         }
+        self._open()
+
+    def _open(self) -> None:
+        """The client's own I/O: its pooled HTTP client and, with a spool, its flusher."""
+        raise NotImplementedError
 
     @property
     def spool_size(self) -> int:

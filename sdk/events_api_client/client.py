@@ -8,13 +8,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
 from events_api_client import calls
-from events_api_client.base import DEFAULT_TIMEOUT, BaseClient, FlushTally
+from events_api_client.base import BaseClient, FlushTally
 from events_api_client.calls import Call
 from events_api_client.errors import EventsApiError
 from events_api_client.models import (
@@ -43,31 +42,12 @@ class EventsClient(BaseClient):
     `flush_interval` seconds (None: only when you call `flush()`), also after a restart.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str,
-        *,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        spool_path: str | Path | None = None,
-        flush_interval: float | None = 5.0,
-        limits: httpx.Limits | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            timeout=timeout,
-            retry=retry,
-            spool_path=spool_path,
-            flush_interval=flush_interval,
-            limits=limits,
-        )
+    def _open(self) -> None:
         self._http = httpx.Client(**self._http_options)
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
-        if self.spool is not None and flush_interval is not None:
+        if self.spool is not None and self.flush_interval is not None:
             self._flusher = threading.Thread(target=self._flush_forever, name="events-api-spool", daemon=True)
             self._flusher.start()
 
