@@ -21,7 +21,24 @@ MAX_REQUEST_HEADERS = 100  # header fields in one request (→ 431)
 
 def check_payload(payload: Any, pointer: str) -> None:
     """ValidationFailed (422, pointing at the first offending value) when the payload is too deep,
-    or an object or array in it too large."""
+    or an object or array in it too large. The fast pass only counts; pointers are built on failure."""
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        value, depth = pop()
+        children = value.values() if isinstance(value, dict) else value
+        if depth > MAX_PAYLOAD_DEPTH or len(value) > _MAX_SIZE[type(value)]:
+            _locate(payload, pointer)
+        for child in children:
+            if isinstance(child, dict | list):
+                push((child, depth + 1))
+
+
+_MAX_SIZE: dict[type, int] = {dict: MAX_OBJECT_PROPERTIES, list: MAX_ARRAY_ITEMS}
+
+
+def _locate(payload: Any, pointer: str) -> None:
+    """The slow pass, after the fast one found a problem: raise with the pointer of the first one."""
     stack: list[tuple[Any, str, int]] = [(payload, pointer, 1)]
     while stack:
         value, where, depth = stack.pop()
