@@ -22,13 +22,17 @@ def uvicorn_options() -> dict[str, Any]:
         "log_level": "info",
         "proxy_headers": False,
         "http": GuardedHttpProtocol,
+        "log_config": None,  # events_api.logs owns logging, the supervisor's lines included
     }
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
+    from events_api.logs import setup_logging
+
     settings.require("database_url", "admin_token")
+    setup_logging(fmt=settings.log_format)
     uvicorn.run(
         "events_api.http.app:app_from_environment",
         host=args.host,
@@ -68,7 +72,7 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
     return run_dev(args.data_dir, args.port, settings)
 
 
-def _relay(_: argparse.Namespace, settings: Settings) -> int:
+def _relay(args: argparse.Namespace, settings: Settings) -> int:
     import signal
 
     # A stop signal during start-up (before the loop's handlers exist) still means a clean exit.
@@ -82,7 +86,7 @@ def _relay(_: argparse.Namespace, settings: Settings) -> int:
     from relay.relay import Relay
 
     settings.require("database_url", "kafka_bootstrap_servers")
-    setup_logging()
+    setup_logging(fmt=settings.log_format)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -91,7 +95,7 @@ def _relay(_: argparse.Namespace, settings: Settings) -> int:
             loop.add_signal_handler(signum, stop.set)  # finish the batch in hand, settle it, release the lanes
         if early:
             stop.set()
-        await Relay(settings).run(stop)
+        await Relay(settings, metrics_port=args.metrics_port, metrics_host=args.metrics_host).run(stop)
 
     asyncio.run(run())
     return 0
@@ -130,7 +134,12 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--check", action="store_true", help="only check compatibility; register nothing")
     push.set_defaults(run=_schemas_push)
 
-    commands.add_parser("relay", help="forward the outbox to Kafka (several may run)").set_defaults(run=_relay)
+    relay = commands.add_parser("relay", help="forward the outbox to Kafka (several may run)")
+    relay.add_argument(
+        "--metrics-port", type=int, help="serve this relay's own Prometheus metrics on this port (default: off)"
+    )
+    relay.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port (default %(default)s)")
+    relay.set_defaults(run=_relay)
     dev = commands.add_parser(
         "dev", help="everything on one machine: embedded PostgreSQL and Kafka broker, the API and a relay"
     )

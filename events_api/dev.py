@@ -512,7 +512,12 @@ def stop_process(process: subprocess.Popen[Any], signum: int, timeout: float = S
 
 
 def start_api(port: int, database_url: str, admin_token: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "EVENTS_API_DATABASE_URL": database_url, "EVENTS_API_ADMIN_TOKEN": admin_token}
+    env = {
+        "EVENTS_API_LOG_FORMAT": "text",  # a terminal for people, unless the environment says otherwise
+        **os.environ,
+        "EVENTS_API_DATABASE_URL": database_url,
+        "EVENTS_API_ADMIN_TOKEN": admin_token,
+    }
     return subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "events_api", "serve", "--host", HOST, "--port", str(port)],
         env=env,
@@ -539,7 +544,12 @@ def wait_for_api(
 
 
 def start_relay(database_url: str, bootstrap: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "EVENTS_API_DATABASE_URL": database_url, "EVENTS_API_KAFKA_BOOTSTRAP_SERVERS": bootstrap}
+    env = {
+        "EVENTS_API_LOG_FORMAT": "text",
+        **os.environ,
+        "EVENTS_API_DATABASE_URL": database_url,
+        "EVENTS_API_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "events_api", "relay"],
         env=env,

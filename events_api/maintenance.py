@@ -24,6 +24,7 @@ from typing import Literal
 
 import psycopg
 
+from events_api.logs import fields
 from events_api.settings import Settings
 from events_api.storage.maintenance import MaintenanceStore
 from events_api.storage.partitions import partition_day, partition_days, partition_end, partition_name
@@ -166,6 +167,18 @@ async def _expire(store: MaintenanceStore, policy: MaintenancePolicy, name: str,
     return PartitionOutcome(name, day, "dropped", "past retention, every event delivered or dead-lettered")
 
 
+def _fields(report: MaintenanceReport, seconds: float) -> dict[str, object]:
+    counts: dict[str, object] = {f"partitions_{a}": len(report.with_action(a)) for a in ("created", "dropped", "kept")}
+    return fields(
+        event="maintenance_run",
+        **counts,
+        partitions_deferred=len(report.with_action("deferred")),
+        keys_pruned=report.keys_pruned,
+        keys_done=report.keys_done,
+        duration_ms=round(seconds * 1000, 1),
+    )
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -181,8 +194,11 @@ class MaintenanceLoop:
         interval: float = INTERVAL_SECONDS,
         clock: Callable[[], datetime] = _utcnow,
         monotonic: Callable[[], float] = time.monotonic,
+        observe: Callable[[MaintenanceReport | None], None] = lambda report: None,
     ) -> None:
         self.store = MaintenanceStore(conninfo)
+        # Called after each run this maintainer did (the report), and with None after a failed one (metrics).
+        self.observe = observe
         self.policy = policy
         self.interval = interval
         self.clock = clock
@@ -217,16 +233,20 @@ class MaintenanceLoop:
         was_leading = False
         try:
             while not stop.is_set():
+                started = self.monotonic()
                 try:
                     report = await self.tick(keep_going=lambda: not stop.is_set())
                     if self.leading and not was_leading:
                         log.info("this relay now leads maintenance")
-                    if report is not None and (report.partitions or report.keys_pruned or not report.keys_done):
-                        log.info("maintenance: %s", report.summary())
+                    if report is not None:
+                        self.observe(report)
+                        log.info("maintenance: %s", report.summary(), extra=_fields(report, self.monotonic() - started))
                 except psycopg.OperationalError as exc:
+                    self.observe(None)
                     log.warning("maintenance: database unavailable (%s); will retry", type(exc).__name__)
                     await self.store.close()
                 except Exception:
+                    self.observe(None)
                     log.exception("maintenance failed; will retry")
                     await self.store.close()  # a new session: nothing is left half done (each step is atomic)
                 was_leading = self.leading

@@ -12,8 +12,8 @@ replica and worker.
 - Limits come from `tenant_rate_limits` (admin endpoint), else the EVENTS_API_RATE_LIMIT_* defaults;
   0 means unlimited. Each worker re-reads a tenant's limits every LIMITS_TTL seconds.
 - Without EVENTS_API_REDIS_URL there are no limits. When Redis fails, ingest goes on without limits
-  (fail open): logged at most every LOG_EVERY seconds, counted in `fail_open_total`, and Redis is left
-  alone for BACKOFF seconds so a dead Redis adds no latency.
+  (fail open): logged at most every LOG_EVERY seconds, counted in `fail_open_total` and on /metrics
+  (`rate_limit_fail_open_total`), and Redis is left alone for BACKOFF seconds so a dead Redis adds no latency.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from events_api.errors import RateLimited, StorageUnavailable
+from events_api.metrics import api_metrics
 from events_api.storage.platform import PlatformStore, RateLimits
 
 log = logging.getLogger("events_api.ratelimit")
@@ -160,6 +161,7 @@ class RateLimiter:
             return
         if granted.wait > 0:
             self.limited_total += 1
+            api_metrics().rate_limited.inc()
             raise RateLimited(
                 f"tenant {tenant_id!r} is over its ingest rate limit ({_describe(limits)}); retry later",
                 headers={"Retry-After": str(max(1, math.ceil(granted.wait)))},
@@ -206,6 +208,7 @@ class RateLimiter:
 
     def _fail_open(self, now: float, exc: BaseException) -> None:
         self.fail_open_total += 1
+        api_metrics().rate_limit_fail_open.inc()
         self._redis_back_at = now + BACKOFF
         if now - self._logged_at >= LOG_EVERY:
             self._logged_at = now

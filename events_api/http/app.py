@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from litestar import Litestar, MediaType, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.types import Receive, Scope, Send
 
 from events_api.announcements import VersionAnnouncements
 from events_api.audit import Audit
@@ -22,7 +25,8 @@ from events_api.http.routes import audit, dead_letters, events, ops, schemas, te
 from events_api.http.services import AnyRequest, Services
 from events_api.ids import RandomBytes
 from events_api.ingest import Ingest
-from events_api.logs import setup_logging
+from events_api.logs import REQUEST_FIELDS, current_request_id, log_request, setup_logging
+from events_api.metrics import UNMATCHED, ApiMetrics, PlatformMetrics, api_metrics, prepare_worker_directory
 from events_api.ratelimit import Effective, RateLimiter
 from events_api.schemas import SchemaRegistry
 from events_api.settings import Settings
@@ -35,6 +39,7 @@ log = logging.getLogger("events_api")
 ROUTES = [
     ops.healthz,
     ops.readyz,
+    ops.metrics,
     tenants.create_tenant,
     tenants.create_api_key,
     tenants.revoke_api_key,
@@ -74,6 +79,66 @@ async def answer_options(request: AnyRequest) -> Response[None] | None:
     return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(methods | {"OPTIONS"}))})
 
 
+# A caller's X-Request-Id is kept when it is short and plain (ids, UUIDs, ULIDs, base64); anything else is
+# replaced by a new id, so the logs and the response never carry what a client smuggled into the header.
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._~:/+=@-]{1,128}")
+
+
+def request_id(headers: Any) -> str:
+    """The request's own X-Request-Id if acceptable, else a new random one."""
+    for name, value in headers:
+        if name == b"x-request-id":
+            if _REQUEST_ID.fullmatch(value):
+                return str(value.decode("ascii"))
+            break
+    return os.urandom(8).hex()
+
+
+class EventsApi(Litestar):
+    """Litestar, plus what every HTTP request gets, matched or not: an `X-Request-Id` on the response (and on
+    every log line written meanwhile), a latency observation for /metrics and one access log line."""
+
+    metrics: ApiMetrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        started = time.perf_counter()
+        rid = request_id(scope["headers"])
+        token = current_request_id.set(rid)
+        line: dict[str, Any] = {}
+        scope[REQUEST_FIELDS] = line  # handlers add tenant, event counts (logs.annotate)
+        status = 500
+        header = (b"x-request-id", rid.encode())
+
+        async def send_with_id(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        try:
+            await super().__call__(cast(Scope, scope), cast(Receive, receive), cast(Send, send_with_id))
+        finally:
+            seconds = time.perf_counter() - started
+            current_request_id.reset(token)
+            method = scope["method"]
+            route = scope.get("path_template") or UNMATCHED
+            self.metrics.observe_request(route, method, status, seconds)
+            log_request(
+                {
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 3),
+                    "request_id": rid,
+                    **line,
+                }
+            )
+
+
 def build_services(
     settings: Settings, *, clock: Callable[[], datetime] | None = None, random: RandomBytes = os.urandom
 ) -> Services:
@@ -99,14 +164,18 @@ def build_services(
             largest_request=Effective(settings.max_batch_events, settings.max_body_bytes),
         ),
         audit=Audit(db),
+        platform_metrics=PlatformMetrics(db),
         clock=now,
     )
 
 
 def app_from_environment() -> Litestar:
-    """The factory `events-api serve` gives uvicorn: each worker sets up logging and reads the environment."""
-    setup_logging()
-    return create_app()
+    """The factory `events-api serve` gives uvicorn: each worker sets up logging and metrics (before any metric
+    exists: see events_api.metrics) and reads the environment."""
+    settings = Settings.from_env()
+    setup_logging(fmt=settings.log_format)
+    prepare_worker_directory()
+    return create_app(settings.require("database_url", "admin_token"))
 
 
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> Litestar:
@@ -124,7 +193,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         except StorageUnavailable:
             log.warning("database unreachable at start; serving 503 until it is back")
 
-    return Litestar(
+    app = EventsApi(
         route_handlers=[*ROUTES, serve_openapi],
         state=State({"services": svc}),
         before_request=answer_options,
@@ -140,3 +209,5 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         logging_config=None,  # events_api.logs owns logging
         debug=False,
     )
+    app.metrics = api_metrics()
+    return app

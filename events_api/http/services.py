@@ -16,6 +16,8 @@ from events_api.auth import Caller, PlatformAdmin, Scope, TenantCaller, bearer_t
 from events_api.dead_letters import DeadLetters
 from events_api.errors import Forbidden, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from events_api.ingest import Ingest
+from events_api.logs import annotate
+from events_api.metrics import PlatformMetrics
 from events_api.ratelimit import RateLimiter
 from events_api.schemas import SchemaRegistry
 from events_api.settings import Settings
@@ -36,6 +38,7 @@ class Services:
     dead_letters: DeadLetters
     limiter: RateLimiter
     audit: Audit
+    platform_metrics: PlatformMetrics
     clock: Callable[[], datetime]
 
 
@@ -49,13 +52,19 @@ async def authorize_admin(request: AnyRequest) -> PlatformAdmin:
     caller = await svc.tenants.authenticate(bearer_token(request.headers.get("authorization")), svc.clock())
     if not isinstance(caller, PlatformAdmin):
         raise Forbidden("this endpoint needs the platform admin token")
+    annotate(request.scope, caller="admin")
     return caller
 
 
 async def authorize_any(request: AnyRequest) -> Caller:
     """The platform admin or any valid tenant key (for endpoints that show each caller its own part)."""
     svc = services(request)
-    return await svc.tenants.authenticate(bearer_token(request.headers.get("authorization")), svc.clock())
+    caller = await svc.tenants.authenticate(bearer_token(request.headers.get("authorization")), svc.clock())
+    if isinstance(caller, TenantCaller):
+        annotate(request.scope, tenant=caller.tenant_id, key_id=caller.key_id)
+    else:
+        annotate(request.scope, caller="admin")
+    return caller
 
 
 async def authorize_tenant(request: AnyRequest, *any_of: Scope, cached: bool = False) -> TenantCaller:
@@ -66,6 +75,7 @@ async def authorize_tenant(request: AnyRequest, *any_of: Scope, cached: bool = F
     caller = await svc.tenants.authenticate(token, svc.clock(), cached=cached)
     if not isinstance(caller, TenantCaller):
         raise Forbidden("this endpoint needs a tenant API key")
+    annotate(request.scope, tenant=caller.tenant_id, key_id=caller.key_id)
     if not caller.has_any(any_of):
         raise Forbidden(f"the API key needs the scope {' or '.join(any_of)}")
     return caller

@@ -9,6 +9,7 @@ settle anything, so it cannot mark events of lanes it no longer owns. A second c
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ APPLICATION_NAME = "events-api relay"
 NOTIFY_CHANNEL = "events_api_outbox"
 # Advisory lock keys are (class, lane); the class says "an outbox lane of events-api" ("EVNT").
 LANE_LOCK_CLASS = 0x45564E54
+STATS_SHARDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,7 @@ FROM picked JOIN outbox o ON o.received_at = picked.received_at AND o.event_id =
 ORDER BY picked.seq
 """
 # settle_batch: mark published events with their Kafka coordinates, reschedule retriable failures and move
-# dead letters out of the outbox, all in one statement
+# dead letters out of the outbox, and add the outcomes to this relay's shard of relay_stats, all in one statement
 _SETTLE = """
 WITH published AS (
     UPDATE outbox o
@@ -151,8 +153,18 @@ WITH published AS (
            payload, headers, traceparent, occurred_at, attempts + 1, dead_error, dead_topic, %(now)s
     FROM moved
     RETURNING 1
+), counts AS (
+    SELECT (SELECT count(*) FROM published) AS published, (SELECT count(*) FROM retried) AS retried,
+           (SELECT count(*) FROM buried) AS dead_lettered
+), tallied AS (
+    INSERT INTO relay_stats AS s (shard, published, retried, dead_lettered)
+    SELECT %(shard)s, published, retried, dead_lettered FROM counts
+    ON CONFLICT (shard) DO UPDATE
+    SET published = s.published + excluded.published, retried = s.retried + excluded.retried,
+        dead_lettered = s.dead_lettered + excluded.dead_lettered
+    RETURNING 1
 )
-SELECT (SELECT count(*) FROM published), (SELECT count(*) FROM retried), (SELECT count(*) FROM buried)
+SELECT published, retried, dead_lettered, (SELECT count(*) FROM tallied) FROM counts
 """
 
 # tenant_routings: the routing of each of these tenants that set one
@@ -181,8 +193,10 @@ class RelayStore:
     """The relay's connections. `connect()` first; every method raises psycopg.OperationalError when the
     database is gone, and the relay then starts over (its lanes are gone with the connection)."""
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, *, stats_shard: int | None = None) -> None:
         self.conninfo = conninfo
+        # Which relay_stats row this relay adds to; relays picking the same one only wait a moment on its lock.
+        self.stats_shard = random.randrange(STATS_SHARDS) if stats_shard is None else stats_shard  # noqa: S311
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._listener: psycopg.AsyncConnection[Any] | None = None
 
@@ -253,6 +267,7 @@ class RelayStore:
         ]
         params = {
             "now": now,
+            "shard": self.stats_shard,
             "published": _encode(published).decode(),
             "retry": _encode(retry).decode(),
             "dead": _encode(dead).decode(),

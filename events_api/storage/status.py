@@ -1,5 +1,5 @@
-"""The operator's view of the platform (`events-api status`, `events-api tenants list`): backlog, dead
-letters, the relays and their lanes, per tenant.
+"""The operator's view of the platform (`events-api status`, `events-api tenants list`, `GET /metrics`):
+backlog, dead letters, the relays and their lanes, partitions, per tenant.
 
 These are platform-wide admin queries, deliberately not scoped to one tenant; nothing on a tenant's
 request path may call them.
@@ -7,6 +7,7 @@ request path may call them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -59,6 +60,27 @@ FROM pending p FULL JOIN dead d ON d.tenant_id = p.tenant_id
 ORDER BY p.oldest_pending NULLS LAST, 4 DESC, 1
 """
 )
+# schema_migrated: whether the database was ever migrated (alembic_version exists)
+_MIGRATED = text("SELECT to_regclass('alembic_version') IS NOT NULL")
+# schema_revision: the Alembic revision the database is at
+_REVISION = text("SELECT version_num FROM alembic_version")
+# platform_gauges: what GET /metrics reads from the database, in one round trip: the backlog and the age of its
+# oldest event (by the database's clock, so API hosts' clocks do not matter), dead letters, the outbox
+# partitions and their size on disk, and the relays' cumulative delivery counts (relay_stats, one row per shard)
+_PLATFORM_GAUGES = text(
+    """
+SELECT (SELECT count(*) FROM outbox WHERE state = 'pending') AS pending,
+       (SELECT coalesce(extract(epoch FROM now() - min(received_at)), 0) FROM outbox WHERE state = 'pending')
+           AS oldest_pending_age,
+       (SELECT count(*) FROM dead_letters) AS dead_letters,
+       (SELECT count(*) FROM pg_inherits WHERE inhparent = CAST('outbox' AS regclass)) AS partitions,
+       (SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits
+        WHERE inhparent = CAST('outbox' AS regclass)) AS partition_bytes,
+       (SELECT coalesce(sum(published), 0) FROM relay_stats) AS published,
+       (SELECT coalesce(sum(retried), 0) FROM relay_stats) AS retried,
+       (SELECT coalesce(sum(dead_lettered), 0) FROM relay_stats) AS dead_lettered
+"""
+)
 # list_tenants: every tenant with its count of live API keys (platform admin listing)
 _TENANTS = text(
     """
@@ -98,6 +120,21 @@ class TenantBacklog:
 
 
 @dataclass(frozen=True, slots=True)
+class PlatformGauges:
+    """The database's side of GET /metrics."""
+
+    pending: int
+    oldest_pending_age_seconds: float
+    dead_letters: int
+    partitions: int
+    partition_bytes: int
+    published: int  # events the relays published, dead-lettered and scheduled for retry, since the first relay ran
+    retried: int
+    dead_lettered: int
+    relays: list[RelaySession]
+
+
+@dataclass(frozen=True, slots=True)
 class TenantRow:
     tenant_id: str
     created_at: datetime
@@ -125,6 +162,38 @@ class StatusStore:
         async with self.db.autocommit() as conn:
             rows = (await conn.execute(_RELAYS, params)).all()
         return [RelaySession(r[0], r[1], r[2], r[3], int(r[4]), bool(r[5])) for r in rows]
+
+    async def platform_gauges(
+        self, *, timeout_ms: int, serves: Callable[[str | None], bool]
+    ) -> tuple[str | None, PlatformGauges | None]:
+        """The schema revision, and when `serves(revision)` (the tables are as this build knows them) the gauges.
+        One connection, every query under one statement timeout: a scrape must never queue behind a slow database."""
+        params = {
+            "lane_class": LANE_LOCK_CLASS,
+            "maintenance_class": MAINTENANCE_LOCK_CLASS,
+            "leader": LEADER_LOCK,
+            "relay": RELAY_APPLICATION,
+            "maintenance": MAINTENANCE_APPLICATION,
+        }
+        async with self.db.transaction() as conn:
+            await conn.execute(text(f"SET LOCAL statement_timeout = {int(timeout_ms)}"))
+            migrated = (await conn.execute(_MIGRATED)).scalar_one()
+            revision = (await conn.execute(_REVISION)).scalar_one_or_none() if migrated else None
+            if not serves(revision):
+                return revision, None
+            row = (await conn.execute(_PLATFORM_GAUGES)).one()
+            rows = (await conn.execute(_RELAYS, params)).all()
+        return revision, PlatformGauges(
+            pending=int(row.pending),
+            oldest_pending_age_seconds=float(row.oldest_pending_age),
+            dead_letters=int(row.dead_letters),
+            partitions=int(row.partitions),
+            partition_bytes=int(row.partition_bytes),
+            published=int(row.published),
+            retried=int(row.retried),
+            dead_lettered=int(row.dead_lettered),
+            relays=[RelaySession(r[0], r[1], r[2], r[3], int(r[4]), bool(r[5])) for r in rows],
+        )
 
     async def tenant_backlogs(self) -> list[TenantBacklog]:
         async with self.db.autocommit() as conn:

@@ -208,3 +208,15 @@ audit_log = Table(
     Column("details", JSONB, nullable=True),
     Index(None, "tenant_id", "id"),
 )
+
+# What the relays have done since the first one ran, for GET /metrics (relay_published_total, ...): each relay
+# adds its batch's outcomes in the statement that settles the batch, to the row of a shard it picked at start
+# (so relays seldom wait on each other's row lock). The sums over the rows only ever grow.
+relay_stats = Table(
+    "relay_stats",
+    metadata,
+    Column("shard", SmallInteger, primary_key=True),
+    Column("published", BigInteger, nullable=False, server_default="0"),
+    Column("retried", BigInteger, nullable=False, server_default="0"),
+    Column("dead_lettered", BigInteger, nullable=False, server_default="0"),
+)

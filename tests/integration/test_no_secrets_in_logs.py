@@ -48,7 +48,10 @@ async def test_secrets_and_payloads_stay_out_of_the_logs(
         assert down.status_code == 503
         await proxy.start()
         await api.get("/v1/tenants/" + tenant.id + "/routing", headers=ADMIN)
-    text = "\n".join(f"{r.getMessage()} {r.exc_text or ''} {r.args!r}" for r in caplog.records)
+    text = "\n".join(
+        f"{r.getMessage()} {r.exc_text or ''} {r.args!r} {getattr(r, 'fields', '')!r}" for r in caplog.records
+    )
+    assert any(r.name == "events_api.access" for r in caplog.records), "the access lines are checked too"
     assert any(r.levelno >= logging.WARNING for r in caplog.records), "the outage should have been logged"
     secret = tenant.key.split("_", 2)[2]
     for needle in (ADMIN_TOKEN, tenant.key, secret, marker, "0" * 64):

@@ -15,6 +15,8 @@ from events_api.http.routes import AUTHED, TENANT, problems
 from events_api.http.services import AnyRequest, authorize_tenant, read_body, services
 from events_api.idempotency import parse_idempotency_key
 from events_api.ingest import BodyFormat, Operation, Outcome, Submitted, decode_batch, decode_event, valid_traceparent
+from events_api.logs import annotate
+from events_api.metrics import api_metrics
 from events_api.models import BatchAccepted, BatchIn, EventAccepted, EventIn, EventStatus, EventStatusList
 
 IdempotencyKeyHeader = Annotated[
@@ -59,12 +61,19 @@ async def _publish(
             events = [decode_event(body, accepted[kind])]
         else:
             events = decode_batch(body, accepted[kind], svc.settings.max_batch_events)
+        annotate(request.scope, events=len(events))
         await svc.limiter.admit(caller.tenant_id, len(events), len(body))
         outcome = await svc.ingest.publish(caller, key, operation, events, traceparent=valid_traceparent(traceparent))
     except Problem as problem:
         if 400 <= problem.status < 500 and problem.status != 401:
             await svc.tenants.confirm(caller, svc.clock())
         raise
+    if outcome.replayed:
+        annotate(request.scope, replayed=True)
+    elif outcome.status == 202:
+        api_metrics().count_accepted(caller.tenant_id, len(events))
+    if outcome.location:
+        annotate(request.scope, event_id=outcome.location.rsplit("/", 1)[-1])
     return _render(outcome)
 
 
