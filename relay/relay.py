@@ -30,6 +30,7 @@ from events_api.maintenance import MaintenanceLoop, MaintenancePolicy, Maintenan
 from events_api.routing import Routing
 from events_api.settings import Settings, SettingsError
 from events_api.storage.relay import ClaimedEvent, RelayStore, Settlement
+from events_api.tracing import tracing
 from relay import metrics as relay_metrics
 from relay.lanes import plan
 from relay.metrics import RelayMetrics
@@ -76,6 +77,7 @@ class Relay:
         metrics_host: str = "0.0.0.0",
     ) -> None:
         self.metrics = RelayMetrics()
+        self.tracing = tracing("events-api-relay")
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.store = RelayStore(settings.psycopg_conninfo)
@@ -136,6 +138,8 @@ class Relay:
             with contextlib.suppress(asyncio.CancelledError):
                 await maintenance
             self.publisher.close()
+            if self.tracing is not None:
+                self.tracing.shutdown()
             if server is not None:
                 server.shutdown()
                 server.server_close()
@@ -167,7 +171,11 @@ class Relay:
                 await self.store.wait_for_events(IDLE_WAIT_SECONDS)
                 continue
             claimed = time.perf_counter()
-            settlements = await self._deliver(batch)
+            if self.tracing is None:
+                settlements = await self._deliver(batch)
+            else:
+                with self.tracing.batch_span(len(batch), [e.traceparent for e in batch]):
+                    settlements = await self._deliver(batch)
             delivered = time.perf_counter()
             now = self.clock()
             published, retried, dead = await self.store.settle(settlements, now)

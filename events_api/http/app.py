@@ -33,6 +33,7 @@ from events_api.settings import Settings
 from events_api.storage.database import Database
 from events_api.storage.partitions import ensure_partitions, partition_days
 from events_api.tenants import Tenants
+from events_api.tracing import Tracing, tracing
 
 log = logging.getLogger("events_api")
 
@@ -99,11 +100,22 @@ class EventsApi(Litestar):
     every log line written meanwhile), a latency observation for /metrics and one access log line."""
 
     metrics: ApiMetrics
+    tracing: Tracing | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
+        if self.tracing is None:
+            await self._handle(scope, receive, send)
+            return
+        traceparent = next((v.decode("latin-1") for n, v in scope["headers"] if n == b"traceparent"), None)
+        with self.tracing.server_span(scope["method"], traceparent) as span:
+            status = await self._handle(scope, receive, send)
+            self.tracing.finish_request(span, scope["method"], scope.get("path_template") or UNMATCHED, status)
+
+    async def _handle(self, scope: Any, receive: Any, send: Any) -> int:
+        """The request, with its id, latency observation and access line; returns the status sent."""
         started = time.perf_counter()
         rid = request_id(scope["headers"])
         token = current_request_id.set(rid)
@@ -137,6 +149,7 @@ class EventsApi(Litestar):
                     **line,
                 }
             )
+        return status
 
 
 def build_services(
@@ -210,4 +223,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         debug=False,
     )
     app.metrics = api_metrics()
+    app.tracing = tracing("events-api")
+    if app.tracing is not None:
+        app.on_shutdown.append(app.tracing.shutdown)
     return app
