@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -143,8 +144,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(database_url: str, workers: int = 2, **env: str) -> Iterator[str]:
-    """`events-api serve` as a subprocess on a free port; yields its base URL. `env`: more EVENTS_API_*."""
+def serving(database_url: str, workers: int = 2, *, log: Path | None = None, **env: str) -> Iterator[str]:
+    """`events-api serve` as a subprocess on a free port; yields its base URL. `env`: more EVENTS_API_*.
+    Its stderr goes to `log` (kept), else to a temporary file; either is checked for tracebacks at the end.
+    (A file, not a pipe: the server logs a line per request, and a pipe nobody reads fills up and stalls it.)"""
     port = free_port()
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith("EVENTS_API_")},
@@ -152,34 +155,33 @@ def serving(database_url: str, workers: int = 2, **env: str) -> Iterator[str]:
         "EVENTS_API_ADMIN_TOKEN": ADMIN_TOKEN,
         **{f"EVENTS_API_{name.upper()}": value for name, value in env.items()},
     }
-    # The server logs a line per request: into a file, since a pipe nobody reads would fill up and stall it.
-    log = tempfile.TemporaryFile()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", str(workers)],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("events-api serve did not become ready")
-        yield base
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=20)
-        log.seek(0)
-        stderr = log.read()
-        log.close()
-        assert b"Traceback" not in stderr, stderr.decode()
+    with log.open("w+b") if log else tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", str(workers)],
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=output,
+            start_new_session=True,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            else:
+                output.seek(0)
+                raise AssertionError("events-api serve did not become ready:\n" + output.read().decode())
+            yield base
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=20)
+            output.seek(0)
+            written = output.read()
+            assert b"Traceback" not in written, written.decode()
 
 
 @pytest.fixture(scope="session")

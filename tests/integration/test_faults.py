@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,7 +26,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from events_api.http.app import build_services, create_app
 from events_api.metrics import PlatformMetrics
 from events_api.settings import Settings
-from relay.relay import Relay
 from tests.conftest import (
     ADMIN,
     ADMIN_TOKEN,
@@ -43,6 +41,7 @@ from tests.conftest import (
 from tests.support.asgi import running
 from tests.support.kafka import consume_all, running_broker
 from tests.support.proxy import TcpProxy
+from tests.support.relays import relay_running
 
 Client = httpx.AsyncClient
 
@@ -258,21 +257,6 @@ def own_db() -> Iterator[str]:
         yield url
 
 
-@asynccontextmanager
-async def _relay(db_url: str, bootstrap: str) -> AsyncIterator[Relay]:
-    relay = Relay(
-        Settings(database_url=db_url, kafka_bootstrap_servers=bootstrap),
-        producer_overrides={"message.timeout.ms": 3000},
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(relay.run(stop))
-    try:
-        yield relay
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-
-
 async def _until(check: Any, timeout: float, what: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     deadline = time.monotonic() + timeout
     while True:
@@ -288,7 +272,7 @@ async def test_kafka_down_events_wait_the_age_grows_and_all_arrive_after(own_db:
     settings = Settings(database_url=own_db, admin_token=ADMIN_TOKEN)
     with running_broker() as broker:
         broker.create_topic("placeholder", partitions=4)  # a restart re-creates it: see tests/support/kafka.py
-        async with running(_uncached(settings)) as api, _relay(own_db, broker.bootstrap):
+        async with running(_uncached(settings)) as api, relay_running(own_db, broker.bootstrap):
             tenant = await _ready_tenant(api)
 
             async def publish(n: int) -> str:

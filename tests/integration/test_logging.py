@@ -12,8 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import psycopg
 import pytest
 
 from events_api.logs import JsonFormatter, TextFormatter, current_request_id, fields
-from tests.conftest import ADMIN, ADMIN_TOKEN, ALL_SCOPES, ORDER_SCHEMA, free_port, fresh_database, idem
+from tests.conftest import ADMIN, ADMIN_TOKEN, ALL_SCOPES, ORDER_SCHEMA, fresh_database, idem, serving
 
 
 def _environment(database_url: str, **extra: str) -> dict[str, str]:
@@ -31,35 +29,6 @@ def _environment(database_url: str, **extra: str) -> dict[str, str]:
         "EVENTS_API_DATABASE_URL": database_url,
         **extra,
     }
-
-
-@contextmanager
-def serve_logging_to(log: Path, database_url: str, **extra: str) -> Iterator[str]:
-    """`events-api serve --workers 2` with its stderr in `log`; yields the base URL."""
-    port = free_port()
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", "2"],
-            env=_environment(database_url, EVENTS_API_ADMIN_TOKEN=ADMIN_TOKEN, **extra),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            else:
-                raise AssertionError("events-api serve did not become ready:\n" + log.read_text())
-            yield base
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(20)
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -81,7 +50,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 def test_a_real_server_logs_one_json_line_per_request_and_no_secret(tmp_path: Path, database_url: str) -> None:
     log = tmp_path / "serve.log"
     marker = "payload-marker-" + secrets.token_hex(6)
-    with serve_logging_to(log, database_url) as base, httpx.Client(base_url=base) as http:
+    with serving(database_url, log=log) as base, httpx.Client(base_url=base) as http:
         tenant = "lg-" + secrets.token_hex(4)
         created = http.post("/v1/tenants", json={"id": tenant}, headers={**ADMIN, "X-Request-Id": "req-test-1"})
         assert created.status_code == 201
@@ -126,7 +95,7 @@ def test_a_real_server_logs_one_json_line_per_request_and_no_secret(tmp_path: Pa
 
 def test_text_format_for_people(tmp_path: Path, database_url: str) -> None:
     log = tmp_path / "serve.log"
-    with serve_logging_to(log, database_url, EVENTS_API_LOG_FORMAT="text") as base:
+    with serving(database_url, log=log, log_format="text") as base:
         assert httpx.get(f"{base}/healthz", headers={"X-Request-Id": "plain-1"}).status_code == 200
     line = next(line for line in log.read_text().splitlines() if "plain-1" in line)
     assert not line.startswith("{")

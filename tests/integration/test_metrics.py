@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from tests.conftest import (
 )
 from tests.support.asgi import running
 from tests.support.kafka import Broker, broker_fixture
+from tests.support.relays import relay_running
 
 kafka_broker = broker_fixture(scope="module")
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
@@ -182,19 +182,6 @@ def test_counts_are_summed_across_workers(database_url: str) -> None:
             )
         assert counts == {(sent, sent)}
         assert len(_worker_pids(base)) == 2
-
-
-@asynccontextmanager
-async def relay_running(db_url: str, bootstrap: str, *, metrics_port: int | None = None) -> AsyncIterator[Relay]:
-    settings = Settings(database_url=db_url, kafka_bootstrap_servers=bootstrap)
-    relay = Relay(settings, producer_overrides={"message.timeout.ms": 3000}, metrics_port=metrics_port)
-    stop = asyncio.Event()
-    task = asyncio.create_task(relay.run(stop))
-    try:
-        yield relay
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
 
 
 async def eventually(check: Any, timeout: float = 15.0, interval: float = 0.2) -> Any:

@@ -23,14 +23,13 @@ import pytest
 
 from events_api.http.app import build_services, create_app
 from events_api.settings import Settings
-from relay.relay import Relay
 from tests.conftest import ADMIN, ADMIN_TOKEN, TenantFixture, fresh_database, new_tenant
 from tests.support.asgi import running
 from tests.support.kafka import Broker, broker_fixture, consume_all, running_broker
+from tests.support.relays import relay_running
 
 kafka_broker = broker_fixture(scope="module")
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-FAST_FAILURES = {"message.timeout.ms": 3000}
 
 
 @pytest.fixture
@@ -84,20 +83,6 @@ async def stack(db_url: str, event_types: tuple[str, ...] = ("order.created",)) 
             )
             assert registered.status_code == 201
         yield Stack(api, tenant, db_url)
-
-
-@asynccontextmanager
-async def relay_running(db_url: str, clusters: dict[str, str], **overrides: Any) -> AsyncIterator[Relay]:
-    default = clusters.pop("default")
-    settings = Settings(database_url=db_url, kafka_bootstrap_servers=default, kafka_clusters=clusters)
-    relay = Relay(settings, producer_overrides={**FAST_FAILURES, **overrides})
-    stop = asyncio.Event()
-    task = asyncio.create_task(relay.run(stop))
-    try:
-        yield relay
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
 
 
 async def test_records_carry_the_contract_shape(relay_db: str, kafka_broker: Broker) -> None:

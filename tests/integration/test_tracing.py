@@ -15,8 +15,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from events_api.tracing import tracing
-from tests.integration.test_relay import kafka_broker, relay_db, relay_running, stack  # noqa: F401
+from tests.integration.test_relay import kafka_broker, relay_db, stack  # noqa: F401
 from tests.support.kafka import Broker
+from tests.support.relays import relay_running
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

