@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import Table, and_, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from events_api.routing import Routing
@@ -130,14 +131,8 @@ class PlatformStore:
             "dead_letter_topic": routing.dead_letter_topic,
             "topics": routing.topics,
             "cluster": routing.cluster,
-            "updated_at": now,
         }
-        stmt = pg_insert(tenant_routing).values(tenant_id=tenant_id, **values)
-        stmt = stmt.on_conflict_do_update(index_elements=[tenant_routing.c.tenant_id], set_=values)
-        details = {k: v for k, v in values.items() if k != "updated_at"}
-        async with self.db.transaction() as conn:
-            await conn.execute(stmt)
-            await record(conn, tenant_id=tenant_id, actor=actor, action="routing.updated", at=now, details=details)
+        await self._put_setting(tenant_routing, tenant_id, values, "routing.updated", now, actor)
 
     async def get_routing(self, tenant_id: str) -> Routing:
         """get_routing: a tenant's routing, or the defaults when it never set one."""
@@ -153,17 +148,18 @@ class PlatformStore:
 
     async def put_rate_limits(self, tenant_id: str, limits: RateLimits, now: datetime, *, actor: str) -> None:
         """put_rate_limits: set a tenant's ingest rate limits (None: the default)."""
-        values = {
-            "events_per_second": limits.events_per_second,
-            "bytes_per_second": limits.bytes_per_second,
-            "updated_at": now,
-        }
-        stmt = pg_insert(tenant_rate_limits).values(tenant_id=tenant_id, **values)
-        stmt = stmt.on_conflict_do_update(index_elements=[tenant_rate_limits.c.tenant_id], set_=values)
-        details = {k: v for k, v in values.items() if k != "updated_at"}
+        values = {"events_per_second": limits.events_per_second, "bytes_per_second": limits.bytes_per_second}
+        await self._put_setting(tenant_rate_limits, tenant_id, values, "rate_limits.updated", now, actor)
+
+    async def _put_setting(
+        self, table: Table, tenant_id: str, values: dict[str, Any], action: str, now: datetime, actor: str
+    ) -> None:
+        """A tenant's row of a per-tenant settings table, inserted or replaced, and its audit entry."""
+        stmt = pg_insert(table).values(tenant_id=tenant_id, updated_at=now, **values)
+        stmt = stmt.on_conflict_do_update(index_elements=[table.c.tenant_id], set_={**values, "updated_at": now})
         async with self.db.transaction() as conn:
             await conn.execute(stmt)
-            await record(conn, tenant_id=tenant_id, actor=actor, action="rate_limits.updated", at=now, details=details)
+            await record(conn, tenant_id=tenant_id, actor=actor, action=action, at=now, details=values)
 
     async def get_rate_limits(self, tenant_id: str) -> RateLimits:
         """get_rate_limits: a tenant's own limits (None where it uses the default)."""
