@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import secrets
 import signal
@@ -16,7 +17,7 @@ from types import FrameType
 
 from bench.context import Context, Timing
 from bench.env import ROOT, BenchDatabase, BenchError, migrate
-from bench.report import Row, machine, render, write
+from bench.report import Row, load_average, machine, render, write
 from bench.scenarios import SCENARIOS
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -45,8 +46,24 @@ def parser() -> argparse.ArgumentParser:
         help="an existing database to create/drop the bench database from (env BENCH_POSTGRES_URL)",
     )
     p.add_argument("--database", default="events_api_bench", help="name of the throw-away database")
+    p.add_argument(
+        "--growth-sizes",
+        type=_sizes,
+        help="outbox sizes for the growth scenario, comma-separated, the first the baseline "
+        "(default 0,1000000,5000000; 0,100000,500000 with --quick)",
+    )
     p.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
     return p
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part.replace("_", "")) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of row counts: {text!r}") from None
+    if len(sizes) < 2 or any(size < 0 for size in sizes):
+        raise argparse.ArgumentTypeError("at least two sizes, none negative")
+    return sizes
 
 
 def _terminate(signum: int, _: FrameType | None) -> None:
@@ -75,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx: Context | None = None
     rows: list[Row] = []
     goals: list[str] = []
+    sections: list[list[str]] = []
 
     with contextlib.ExitStack() as stack:
         print(f"bench: creating database {args.database}", file=sys.stderr)
@@ -88,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             admin_token=secrets.token_urlsafe(24),
             results_dir=results_dir,
             run_id=secrets.token_hex(4),
+            growth_sizes=args.growth_sizes,
         )
         stack.callback(ctx.stop_servers)
         for name in names:
@@ -98,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 failed = True
                 traceback.print_exc()
                 ctx.rows.append(Row(scenario=name, target="-", notes=[f"FAILED: {exc}"]))
-        rows, goals = ctx.rows, ctx.goals
+        rows, goals, sections = ctx.rows, ctx.goals, ctx.sections
 
     server_notes = []
     for server in ctx.servers if ctx else []:
@@ -110,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             server_notes.append(f"- {server.name}: no warnings, errors or tracebacks ({where})")
 
-    text = render("Events API benchmark", info, rows, goals, server_notes, os.cpu_count() or 1)
+    info = dataclasses.replace(info, load_end=load_average())
+    text = render("Events API benchmark", info, rows, goals, server_notes, os.cpu_count() or 1, sections)
     path = write(results_dir, text, info, rows)
     print(text)
     print(

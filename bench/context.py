@@ -36,6 +36,8 @@ class Context:
     servers: list[Server] = field(default_factory=list)  # every server started, for the log report
     rows: list[Row] = field(default_factory=list)
     goals: list[str] = field(default_factory=list)
+    sections: list[list[str]] = field(default_factory=list)  # Markdown blocks printed under the goals
+    growth_sizes: tuple[int, ...] | None = None  # outbox sizes for `growth` (None: its defaults)
     api_key: str = ""
     _api: Server | None = None
 
@@ -106,24 +108,27 @@ class Context:
 class WindowSampler:
     """CPU per process group (`ProcessCpu`) plus the bench database's transaction counter, as
     `pg xact/s` (autocommit statements count one each; PostgreSQL flushes these counters about
-    once a second per backend, so over a few seconds the rate is approximate)."""
+    once a second per backend, so over a few seconds the rate is approximate), and the WAL written,
+    as `pg WAL kB/s` (the whole server's: other databases' writes count too)."""
 
     def __init__(self, cpu: ProcessCpu, conn: psycopg.Connection[Any]) -> None:
         self.cpu = cpu
         self.conn = conn
 
-    def _transactions(self) -> int:
+    def _counters(self) -> tuple[int, int]:
         row = self.conn.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+            "SELECT xact_commit + xact_rollback, pg_current_wal_lsn() - '0/0'::pg_lsn "
+            "FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
-        return int(row[0]) if row else 0
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def snapshot(self) -> object:
-        return self.cpu.snapshot(), self._transactions()
+        return self.cpu.snapshot(), *self._counters()
 
     def usage(self, start: object, end: object, wall: float) -> dict[str, float]:
         assert isinstance(start, tuple)
         assert isinstance(end, tuple)
         result = self.cpu.usage(start[0], end[0], wall)
         result["pg xact/s"] = (end[1] - start[1]) / wall
+        result["pg WAL kB/s"] = (end[2] - start[2]) / 1024 / wall
         return result

@@ -71,3 +71,24 @@ def batch(host: str, port: int, api_key: str | None, key_prefix: str, size: int)
         return b"%b%d\r\nContent-Length: %d\r\n\r\n%b" % (head, n, len(body), body)
 
     return make
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def single_event_uuid_keys(host: str, port: int, api_key: str, salt: int) -> RequestFactory:
+    """Like `single_event`, but the `Idempotency-Key` is a UUID-shaped key spread over the whole key space, as
+    clients' random UUIDs are (`single_event`'s `<prefix>-<n>` keys all land next to each other in the key
+    index, which hides what a large index costs). Request n's key is a bijection of n for a given `salt`."""
+    head = _head(b"POST", b"/v1/events", host, port, api_key, "").removesuffix(b"-")
+    low_salt = (salt * 0xD6E8FEB86659FD93) & _MASK64
+
+    def make(n: int) -> bytes:
+        high = ((n + salt) * 0x9E3779B97F4A7C15) & _MASK64  # odd multiplier: a bijection mod 2^64
+        low = (n ^ low_salt) * 0xBF58476D1CE4E5B9 & _MASK64
+        h = b"%016x%016x" % (high, low)
+        key = b"%b-%b-%b-%b-%b" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+        body = _SINGLE_BODY % (n, n, n % 1000)
+        return b"%b%b\r\nContent-Length: %d\r\n\r\n%b" % (head, key, len(body), body)
+
+    return make

@@ -85,9 +85,10 @@ def tree(server: Server | Broker) -> Selector:
     return tree_of(pid)
 
 
-def quiet(ctx: Context) -> None:
+def quiet(ctx: Context, timeout: float | None = None) -> None:
+    """CHECKPOINT, then wait (up to `timeout`, default the run's) for the machine to be nearly idle."""
     ctx.db.checkpoint()
-    busy = wait_until_quiet(QUIET_PCT, ctx.timing.quiet_timeout)
+    busy = wait_until_quiet(QUIET_PCT, ctx.timing.quiet_timeout if timeout is None else timeout)
     if busy > QUIET_PCT:
         print(f"bench: the machine is busy ({busy:.0f}% of a core) before the run; going on", file=sys.stderr)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from bench.env import ROOT
 from bench.loadgen import LoadResult
 
-COUNTS = frozenset({"pg xact/s", "processes started", "processes exited"})  # not percentages
+SERVER_GROUPS = ("api", "relay")  # the process under test, for the "server CPU" column
+COUNTS = frozenset({"pg xact/s", "pg WAL kB/s", "processes started", "processes exited"})  # not percentages
 DISTURBED_PCT = 25.0  # CPU used by processes outside the bench (% of one core) that makes a row suspect
 
 
@@ -26,10 +27,12 @@ class Row:
     p99_ms: float | None = None
     p999_ms: float | None = None
     errors: int | None = None
-    loadgen_cpu_pct: float | None = None
+    loadgen_cpu_pct: float | None = None  # the bench process's user + system CPU seconds per wall second, in %
     notes: list[str] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)  # % of one core per process group in the window
-    goal_met: bool | None = None
+    goal: str | None = None  # the goal in a few words ("baseline" for a reference row)
+    goal_met: bool | None = None  # None: nothing to meet (a baseline)
+    vs_naive: float | None = None  # events/s over the naive counterpart's
 
     @classmethod
     def from_load(cls, scenario: str, target: str, result: LoadResult, events_per_request: int = 1) -> Row:
@@ -48,6 +51,8 @@ class Row:
             row.notes.append(f"errors: {result.error_summary()}")
         if result.requests_per_s and "pg xact/s" in result.cpu:
             row.notes.append(f"≈{result.cpu['pg xact/s'] / result.requests_per_s:.1f} PG transactions/request")
+        if result.requests_per_s and "pg WAL kB/s" in result.cpu:
+            row.notes.append(f"≈{result.cpu['pg WAL kB/s'] / result.requests_per_s:.1f} kB WAL/request")
         other = result.cpu.get("other", 0.0)
         if other > DISTURBED_PCT:
             culprits = [f"{result.cpu.get('processes exited', 0):.0f} processes exited in the window"]
@@ -72,6 +77,8 @@ class Machine:
     date: str
     commit: str
     mode: str
+    load_start: str  # /proc/loadavg's 1, 5 and 15 minute figures
+    load_end: str = "-"
 
     def lines(self) -> list[str]:
         pg = ", ".join(f"{k}={v}" for k, v in self.postgres_settings.items())
@@ -81,7 +88,16 @@ class Machine:
             f"- PostgreSQL {self.postgres} ({pg})",
             f"- Python {self.python}; {platform.system()} {platform.release()}",
             f"- Commit: {self.commit}; mode: {self.mode}",
+            f"- Load average (1 / 5 / 15 min): {self.load_start} at the start, {self.load_end} at the end",
         ]
+
+
+def load_average() -> str:
+    try:
+        one, five, fifteen = Path("/proc/loadavg").read_text().split()[:3]
+    except (OSError, ValueError):
+        return "?"
+    return f"{one} / {five} / {fifteen}"
 
 
 def _cpu_model() -> str:
@@ -131,6 +147,7 @@ def machine(pg_settings: dict[str, str], mode: str) -> Machine:
         date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         commit=_commit(),
         mode=mode,
+        load_start=load_average(),
     )
 
 
@@ -140,6 +157,21 @@ def _num(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _goal(row: Row) -> str:
+    if row.goal is None:
+        return "-"
+    if row.goal_met is None:
+        return row.goal
+    return f"{row.goal}: {'met' if row.goal_met else '**NOT met**'}"
+
+
+def _server_cpu(row: Row) -> str:
+    for name in SERVER_GROUPS:
+        if name in row.cpu:
+            return f"{row.cpu[name]:.0f}%"
+    return "-"
+
+
 def _cpu_line(row: Row) -> str:
     order = ["api", "postgres", "load-gen", "other", "machine busy", "iowait"]
     names = [n for n in order if n in row.cpu] + [n for n in row.cpu if n not in order]
@@ -147,22 +179,47 @@ def _cpu_line(row: Row) -> str:
     return f"- {row.scenario} / {row.target}: " + ", ".join(parts)
 
 
+COLUMNS = (
+    "Columns: events/s counts accepted events only; x naive = events/s over the naive handler's (ingest) or the "
+    "naive relay's (relay); p50 / p99 / p99.9 = latency of the accepted requests (growth claim rows: claim time, "
+    "p50 and max); load-gen CPU = the bench process's user + system CPU seconds per wall second in the measured "
+    "window (the load generator; the pending-count poller for relay rows); server CPU = the process under test "
+    "(api: the server and its workers; relay: the relay process, or the bench process running the claims), "
+    "both as % of one core."
+)
+
+
 def render(
-    title: str, machine_info: Machine, rows: list[Row], goals: list[str], server_notes: list[str], cores: int
+    title: str,
+    machine_info: Machine,
+    rows: list[Row],
+    goals: list[str],
+    server_notes: list[str],
+    cores: int,
+    sections: list[list[str]] | None = None,
 ) -> str:
     out = [f"# {title}", "", *machine_info.lines(), ""]
-    out.append("| scenario | target | events/s | p50 ms | p99 ms | p99.9 ms | errors | load-gen CPU | notes |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    out.append(
+        "| scenario | target | events/s | x naive | p50 ms | p99 ms | p99.9 ms | errors | load-gen CPU | server CPU "
+        "| goal | notes |"
+    )
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for row in rows:
         errors = "-" if row.errors is None else str(row.errors)
         cpu = "-" if row.loadgen_cpu_pct is None else f"{row.loadgen_cpu_pct:.0f}%"
+        ratio = "-" if row.vs_naive is None else f"{row.vs_naive:.2f}x"
         notes = "; ".join(row.notes).replace("|", "\\|")
+        goal = _goal(row).replace("|", "\\|")
         out.append(
-            f"| {row.scenario} | {row.target} | {_num(row.events_per_s, 0)} | {_num(row.p50_ms)} | "
-            f"{_num(row.p99_ms)} | {_num(row.p999_ms)} | {errors} | {cpu} | {notes} |"
+            f"| {row.scenario} | {row.target} | {_num(row.events_per_s, 0)} | {ratio} | {_num(row.p50_ms)} | "
+            f"{_num(row.p99_ms)} | {_num(row.p999_ms)} | {errors} | {cpu} | {_server_cpu(row)} | "
+            f"{goal} | {notes} |"
         )
+    out += ["", COLUMNS]
     if goals:
         out += ["", "Goals:", *goals]
+    for section in sections or []:
+        out += ["", *section]
     cpu_rows = [row for row in rows if row.cpu]
     if cpu_rows:
         out += [
@@ -170,7 +227,7 @@ def render(
             f"CPU in the measured window, % of one core ({cores} cores = {100 * cores}%; "
             "api = the server and its workers, postgres = PostgreSQL's processes less other databases' backends, "
             "load-gen = the bench process, other = the rest of the busy time; pg xact/s = transactions "
-            "committed in the bench database):",
+            "committed in the bench database; pg WAL kB/s = WAL the whole PostgreSQL server wrote):",
             *[_cpu_line(row) for row in cpu_rows],
         ]
     if server_notes:

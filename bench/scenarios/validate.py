@@ -119,7 +119,8 @@ def _requests(host: str, port: int, api_key: str, key_prefix: str, event_type: s
 def run(ctx: Context) -> list[Row]:
     rate = validations_per_second(1.0 if ctx.quick else 3.0)
     in_process = Row("validate", "in-process", events_per_s=rate, goal_met=rate >= GOAL_VALIDATIONS)
-    in_process.notes.append(f"15-field schema, validations/s on one core; goal ≥ {GOAL_VALIDATIONS:,}")
+    in_process.notes.append("15-field schema, validations/s on one core")
+    in_process.goal = f"≥ {GOAL_VALIDATIONS:,} validations/s"
 
     api = ctx.events_api()
     for event_type, schema in (("bench.validated", SCHEMA), ("bench.open", {"type": "object"})):
@@ -137,9 +138,12 @@ def run(ctx: Context) -> list[Row]:
     on, off = rows[0].events_per_s or 0.0, rows[1].events_per_s or 0.0
     drop = 1 - on / off if off else 1.0
     rows[0].goal_met = drop <= GOAL_MAX_DROP
-    rows[0].notes.append(f"{drop:.1%} below validation off; goal ≤ {GOAL_MAX_DROP:.0%}")
+    rows[0].goal = f"≤ {GOAL_MAX_DROP:.0%} below validation off ({drop:.1%})"
+    rows[1].goal = "baseline"
+    rows[0].notes.append(f"{drop:.1%} below validation off")
+    verdict = "met" if in_process.goal_met and rows[0].goal_met else "NOT met"
     ctx.goals.append(
-        f"- validate: {rate:,.0f} validations/s (goal ≥ {GOAL_VALIDATIONS:,}) "
+        f"- validate: {verdict} — {rate:,.0f} validations/s (goal ≥ {GOAL_VALIDATIONS:,}) "
         f"{'✓' if in_process.goal_met else '✗'}; ingest with validation {drop:.1%} slower (goal ≤ 10%) "
         f"{'✓' if rows[0].goal_met else '✗'}"
     )
