@@ -119,7 +119,10 @@ WITH picked AS (
 )
 SELECT o.received_at, o.event_id, o.seq, o.tenant_id, o.event_type, o.schema_version, o.partition_key, o.lane,
        o.idempotency_key, o.payload, o.headers, o.traceparent, o.occurred_at, o.attempts
-FROM picked JOIN outbox o ON o.received_at = picked.received_at AND o.event_id = picked.event_id
+FROM picked CROSS JOIN LATERAL (
+    -- one primary-key lookup per picked row (a plain join lets the planner hash the whole outbox)
+    SELECT * FROM outbox o WHERE o.received_at = picked.received_at AND o.event_id = picked.event_id LIMIT 1
+) AS o
 ORDER BY picked.seq
 """
 # settle_batch: mark published events with their Kafka coordinates, reschedule retriable failures and move
