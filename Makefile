@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 export EVENTS_API_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export EVENTS_API_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: help venv dev test lint bench services tools openapi fmt
+.PHONY: help venv dev test lint bench services tools openapi fmt chaos
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -50,5 +50,8 @@ fmt: $(STAMP) ## Format and auto-fix the code
 openapi: $(STAMP) ## Regenerate openapi.yaml from the code
 	$(BIN)/events-api openapi > openapi.yaml
 
+chaos: $(STAMP) services tools ## The long chaos suite: relays, API workers, PostgreSQL and the broker fail under load (~7 min)
+	$(BIN)/pytest tests/chaos -m chaos_long $(PYTEST_ARGS)
+
 bench: $(STAMP) services ## Run the benchmarks and print the table (QUICK=1 for a short run)
-	$(BIN)/python -m bench $(if $(QUICK),--quick,)
+	$(BIN)/python -m bench $(if $(QUICK),--quick,) $(BENCH_ARGS)

@@ -28,6 +28,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.kbytes": 1048576,
 }
 FLUSH_SECONDS = 30.0
+# What flush()/poll() raise when the producer hits a fatal error. confluent-kafka then still runs delivery
+# callbacks with that exception pending, and it comes out as a SystemError from inside the callback.
+_PRODUCER_FAILURES = (KafkaException, SystemError)
 # After these an idempotent producer is unusable: a broker that lost its state (a restart) answers its old
 # producer id with UNKNOWN_PRODUCER_ID, which librdkafka retries until every record times out.
 _REPLACE_PRODUCER = frozenset(
@@ -118,7 +121,12 @@ class KafkaPublisher:
                     )
                     break
                 except BufferError:  # the local queue is full: let deliveries drain
-                    await asyncio.to_thread(producer.poll, 0.1)
+                    try:
+                        await asyncio.to_thread(producer.poll, 0.1)
+                    except _PRODUCER_FAILURES as exc:
+                        log.warning("Kafka producer for cluster %s failed: %s", record.cluster, _name(exc))
+                        broken.add(record.cluster)
+                        break
                 except KafkaException as exc:
                     err = exc.args[0]
                     outcomes[index] = Failed(err.name(), err.str())
@@ -128,8 +136,8 @@ class KafkaPublisher:
         for cluster, producer in used.items():
             try:
                 await asyncio.to_thread(producer.flush, FLUSH_SECONDS)
-            except KafkaException as exc:  # a fatal error surfaces here too
-                log.warning("Kafka producer for cluster %s failed: %s", cluster, exc.args[0].name())
+            except _PRODUCER_FAILURES as exc:  # a fatal error surfaces here too
+                log.warning("Kafka producer for cluster %s failed: %s", cluster, _name(exc))
                 broken.add(cluster)
         for index, record in enumerate(records):
             if outcomes[index] is None:  # still queued after the flush: that producer cannot be trusted
@@ -149,3 +157,11 @@ class KafkaPublisher:
         for producer in self._producers.values():
             producer.flush(FLUSH_SECONDS)
         self._producers.clear()
+
+
+def _name(exc: BaseException) -> str:
+    """The librdkafka error name behind a producer failure (a SystemError wraps the KafkaException)."""
+    cause = exc if isinstance(exc, KafkaException) else exc.__cause__ or exc.__context__
+    if isinstance(cause, KafkaException) and cause.args and isinstance(cause.args[0], KafkaError):
+        return str(cause.args[0].name())
+    return type(exc).__name__

@@ -80,8 +80,13 @@ Broker down / restart (what the relay must handle)
     c) another idempotent producer already obtained the same PID from the new broker (PIDs restart at 1) -> the stale
        producer's reports fail with ``OUT_OF_ORDER_SEQUENCE_NUMBER`` (45) (or ``PRODUCER_FENCED`` (90) when it had
        bumped its epoch in b) first) and ``poll()``/``flush()`` raise a fatal ``OUT_OF_ORDER_SEQUENCE_NUMBER``; then
-       ``produce()`` raises ``_FATAL``. The new producer is not disturbed; none of the stale records land.
-    In every case nothing is written twice. So the relay must: on a delivery report with ``_MSG_TIMED_OUT``,
+       ``produce()`` raises ``_FATAL``. The delivery callbacks run while that exception is pending, so an object
+       built in one can surface as ``SystemError`` instead (the relay treats both as a failed producer). And the
+       reverse also happens: when the stale producer's records land first, the NEW producer's records with the same
+       sequence numbers are acked as duplicates but never stored - silent loss that Apache Kafka (which never
+       reuses a PID) cannot produce. Tests that restart Tansu under load keep the relays' producers from sharing
+       PIDs (tests/support/chaos.py: ``burn_producer_ids``).
+    Apart from that last Tansu-only case nothing is lost, and nothing is written twice. So the relay must: on a delivery report with ``_MSG_TIMED_OUT``,
     ``UNKNOWN_PRODUCER_ID``, ``OUT_OF_ORDER_SEQUENCE_NUMBER``, ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, on a
     fatal ``KafkaException`` from ``poll()``/``flush()``, or ``_FATAL`` from ``produce()``: discard the ``Producer``
     (``purge()`` + ``flush(0)``, and drop it BEFORE creating the next one, see c) and create a new one, leaving the
