@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from tests.chaos.checker import Accepted, Seen, Verdict, check
 from tests.support.chaos import (
@@ -12,10 +13,25 @@ from tests.support.chaos import (
     RelayFleet,
     StorageReport,
     Tenant,
+    create_tenant,
     outbox_rows,
     storage_report,
     wait_drained,
 )
+from tests.support.kafka import Broker
+
+
+def start_scenario(
+    name: str, database_url: str, api_url: str, broker: Broker, logs: Path, relays: int
+) -> tuple[Tenant, RelayFleet]:
+    """A new tenant with its topic (4 partitions), and `relays` relays logging under `logs/<name>-<tenant>`."""
+    tenant = create_tenant(api_url)
+    broker.create_topic(tenant.topic, partitions=4)
+    where = logs / f"{name}-{tenant.id}"
+    where.mkdir()
+    fleet = RelayFleet(database_url, broker.bootstrap, where)
+    fleet.spawn(relays)
+    return tenant, fleet
 
 
 def drain_and_stop(fleet: RelayFleet, database_url: str, tenant: Tenant, timeout: float) -> float:

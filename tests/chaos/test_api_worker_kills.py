@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from tests.chaos.conftest import scaled
-from tests.chaos.scenario import conclude, drain_and_stop
-from tests.support.chaos import ApiServer, LoadGenerator, LoadPlan, RelayFleet, create_tenant, read_topic
+from tests.chaos.scenario import conclude, drain_and_stop, start_scenario
+from tests.support.chaos import ApiServer, LoadGenerator, LoadPlan, read_topic
 from tests.support.kafka import Broker
 
 # Connection failures a client may see when the worker holding its connection dies.
@@ -47,12 +47,7 @@ def test_api_worker_killed_mid_request_loses_no_accepted_event(
 ) -> None:
     started = time.monotonic()
     rng = random.Random(seed)
-    tenant = create_tenant(shared_api.base_url)
-    broker.create_topic(tenant.topic, partitions=4)
-    logs = chaos_logs / f"worker-kills-{tenant.id}"
-    logs.mkdir()
-    fleet = RelayFleet(shared_db, broker.bootstrap, logs)
-    fleet.spawn(params.relays)
+    tenant, fleet = start_scenario("worker-kills", shared_db, shared_api.base_url, broker, chaos_logs, params.relays)
     kills_before = len(shared_api.kills)
     load = LoadGenerator(shared_api.base_url, tenant, params.load, seed)
     try:

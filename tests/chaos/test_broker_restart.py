@@ -23,14 +23,12 @@ from typing import Any
 import pytest
 
 from tests.chaos.conftest import scaled
-from tests.chaos.scenario import conclude, drain_and_stop
+from tests.chaos.scenario import conclude, drain_and_stop, start_scenario
 from tests.support.chaos import (
     ApiServer,
     LoadGenerator,
     LoadPlan,
-    RelayFleet,
     burn_producer_ids,
-    create_tenant,
     describe,
     read_topic,
 )
@@ -74,12 +72,7 @@ def test_broker_restarted_under_relay_load_delivers_everything(
 ) -> None:
     started = time.monotonic()
     rng = random.Random(seed)
-    tenant = create_tenant(shared_api.base_url)
-    broker.create_topic(tenant.topic, partitions=4)
-    logs = chaos_logs / f"broker-restarts-{tenant.id}"
-    logs.mkdir()
-    fleet = RelayFleet(shared_db, broker.bootstrap, logs)
-    fleet.spawn(params.relays)
+    tenant, fleet = start_scenario("broker-restarts", shared_db, shared_api.base_url, broker, chaos_logs, params.relays)
     generations: list[list[Any]] = []
     burned = 0  # producer ids the harness took from the last broker generation
     load = LoadGenerator(shared_api.base_url, tenant, params.load, seed)

@@ -17,15 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.conftest import scaled
-from tests.chaos.scenario import conclude, drain_and_stop
+from tests.chaos.scenario import conclude, drain_and_stop, start_scenario
 from tests.support.chaos import (
     ApiServer,
     LoadGenerator,
     LoadPlan,
     PrivatePostgres,
-    RelayFleet,
     RestartMode,
-    create_tenant,
     describe,
     log_tail,
     read_topic,
@@ -99,12 +97,9 @@ def test_postgres_restarted_under_load_loses_no_accepted_event(
     database_url = private_postgres.create_database()
     api = ApiServer(database_url, chaos_logs)
     try:
-        tenant = create_tenant(api.base_url)
-        broker.create_topic(tenant.topic, partitions=4)
-        logs = chaos_logs / f"postgres-restarts-{tenant.id}"
-        logs.mkdir()
-        fleet = RelayFleet(database_url, broker.bootstrap, logs)
-        fleet.spawn(params.relays)
+        tenant, fleet = start_scenario(
+            "postgres-restarts", database_url, api.base_url, broker, chaos_logs, params.relays
+        )
         outages: list[tuple[float, float]] = []  # (stopped, accepting connections again) of each restart
         load = LoadGenerator(api.base_url, tenant, params.load, seed)
         try:

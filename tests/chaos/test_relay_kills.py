@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.conftest import scaled
-from tests.chaos.scenario import conclude, drain_and_stop
-from tests.support.chaos import ApiServer, LoadGenerator, LoadPlan, RelayFleet, create_tenant, describe, read_topic
+from tests.chaos.scenario import conclude, drain_and_stop, start_scenario
+from tests.support.chaos import ApiServer, LoadGenerator, LoadPlan, describe, read_topic
 from tests.support.kafka import Broker
 
 
@@ -57,12 +57,7 @@ def test_relays_killed_at_random_lose_nothing_and_keep_order(
 ) -> None:
     started = time.monotonic()
     rng = random.Random(seed)
-    tenant = create_tenant(shared_api.base_url)
-    broker.create_topic(tenant.topic, partitions=4)
-    logs = chaos_logs / f"relay-kills-{tenant.id}"
-    logs.mkdir()
-    fleet = RelayFleet(shared_db, broker.bootstrap, logs)
-    fleet.spawn(params.relays)
+    tenant, fleet = start_scenario("relay-kills", shared_db, shared_api.base_url, broker, chaos_logs, params.relays)
     load = LoadGenerator(shared_api.base_url, tenant, params.load, seed)
     try:
         fleet.wait_connected()
