@@ -108,8 +108,8 @@ class Settings:
     kafka_clusters: dict[str, str] = field(default_factory=dict)
     relay_batch_size: int = 2000
     read_timeout: timedelta = timedelta(seconds=15)
-    rate_limit_events_per_second: int = 1000
-    rate_limit_bytes_per_second: int = 4 * 1024 * 1024
+    rate_limit_events_per_second: int = 10_000
+    rate_limit_bytes_per_second: int = 32 * 1024 * 1024
     log_format: str = "json"
 
     @classmethod
