@@ -7,14 +7,23 @@ errors. Nothing here ever logs a request's body, an API key or a token: callers 
 and durations (tests/integration/test_no_secrets_in_logs.py).
 
 `log_request` writes the one line per HTTP request. It is on the hot path, so once `setup_logging` made the
-JSON handler the root's only handler it encodes and writes the line itself (about 2 µs instead of the
+JSON handler the root's only handler it encodes and queues the line itself (about 2 µs instead of the
 logging module's 13); anywhere else (tests capturing records, text format) it goes through `logging`.
+
+Lines are formatted where they are logged and written to stderr by one background thread (`LineWriter`), so
+a slow or stuck reader of stderr (a full pipe nobody drains, a blocked log shipper) never stalls the event
+loop: past MAX_QUEUED waiting lines new ones are dropped and counted (`dropped_lines`), and a note of how
+many is written once the writer catches up. At exit what is queued is written (for up to 2 s).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
+import queue
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -30,9 +39,11 @@ ACCESS_LOGGER = "events_api.access"
 # carries it, so a request's warnings and its access line can be found together.
 current_request_id: ContextVar[str | None] = ContextVar("current_request_id", default=None)
 
+MAX_QUEUED = 10_000
+
 _encode = msgspec.json.Encoder().encode
 _access = logging.getLogger(ACCESS_LOGGER)
-_fast_handler: logging.StreamHandler[Any] | None = None
+_fast_handler: QueuedHandler | None = None
 _second = -1
 _second_text = ""
 
@@ -91,11 +102,69 @@ class TextFormatter(logging.Formatter):
         return head + "".join(f" {k}={v}" for k, v in pairs.items()) + newline + rest
 
 
+class LineWriter:
+    """Writes queued lines to a stream from its own thread; never blocks the caller."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.lines: queue.Queue[str | None] = queue.Queue(MAX_QUEUED)
+        self.dropped_lines = 0
+        self._reported = 0
+        self._thread = threading.Thread(target=self._run, name="events-api-log-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def put(self, line: str) -> None:
+        try:
+            self.lines.put_nowait(line)
+        except queue.Full:
+            self.dropped_lines += 1
+
+    def _run(self) -> None:
+        while (line := self.lines.get()) is not None:
+            try:
+                self.stream.write(line)
+                if self.lines.empty():
+                    if self.dropped_lines != self._reported:
+                        lost, self._reported = self.dropped_lines - self._reported, self.dropped_lines
+                        self.stream.write(
+                            f'{{"level": "warning", "msg": "{lost} log line(s) dropped: stderr was not read"}}\n'
+                        )
+                    self.stream.flush()
+            except (OSError, ValueError):  # stderr closed or gone: losing a log line must not fail anything
+                pass
+
+    def close(self) -> None:
+        """Write what is queued (for up to 2 s), then stop."""
+        with contextlib.suppress(queue.Full):
+            self.lines.put(None, timeout=2)
+        self._thread.join(timeout=2)
+
+
+class QueuedHandler(logging.Handler):
+    """Formats a record in the logging thread (so it carries that thread's request id) and queues the line."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        super().__init__()
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.writer.put(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+_writer: LineWriter | None = None
+
+
 def setup_logging(level: int = logging.INFO, fmt: str = "json") -> None:
     """Route every record (uvicorn's too) to one handler on stderr, in `fmt` (EVENTS_API_LOG_FORMAT)."""
-    global _fast_handler
+    global _fast_handler, _writer
     chosen = fmt
-    handler: logging.StreamHandler[Any] = logging.StreamHandler(sys.stderr)
+    if _writer is None or _writer.stream is not sys.stderr:
+        _writer = LineWriter(sys.stderr)
+    handler = QueuedHandler(_writer)
     handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -120,11 +189,4 @@ def log_request(line: dict[str, Any]) -> None:
         return
     created = time.time()
     encoded = _encode({"ts": _timestamp(created), "level": "info", "logger": ACCESS_LOGGER, "msg": "request", **line})
-    handler.acquire()
-    try:
-        handler.stream.write(encoded.decode() + "\n")
-        handler.stream.flush()
-    except (OSError, ValueError):  # stderr closed or gone: losing a log line must not fail the request
-        pass
-    finally:
-        handler.release()
+    handler.writer.put(encoded.decode() + "\n")

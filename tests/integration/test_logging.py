@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from events_api.logs import JsonFormatter, TextFormatter, current_request_id, fields
-from tests.conftest import ADMIN, ADMIN_TOKEN, ALL_SCOPES, ORDER_SCHEMA, fresh_database, idem, serving
+from tests.conftest import ADMIN, ADMIN_TOKEN, ALL_SCOPES, ORDER_SCHEMA, free_port, fresh_database, idem, serving
 
 
 def _environment(database_url: str, **extra: str) -> dict[str, str]:
@@ -91,6 +91,37 @@ def test_a_real_server_logs_one_json_line_per_request_and_no_secret(tmp_path: Pa
     assert requests[refused.headers["x-request-id"]]["status"] == 401
     for needle in (ADMIN_TOKEN, key["key"], key["key"].rsplit("_", 1)[1], marker, "0" * 64):
         assert needle not in text, f"{needle[:12]}… appears in the logs"
+
+
+def test_a_stderr_nobody_reads_does_not_stall_the_server(database_url: str) -> None:
+    """A pipe holds ≈64 KB: 3,000 access lines would fill it many times over. Requests must not wait on it."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "events_api", "serve", "--port", str(port), "--workers", "1"],
+        env=_environment(database_url, EVENTS_API_ADMIN_TOKEN=ADMIN_TOKEN),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,  # and never read until the end
+        start_new_session=True,
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if http.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the server did not start"
+                    time.sleep(0.1)
+            started = time.monotonic()
+            statuses = {http.get("/healthz", headers={"X-Request-Id": f"r{i}"}).status_code for i in range(3000)}
+            assert statuses == {200}
+            assert time.monotonic() - started < 60
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    lines = json_lines(stderr.decode())
+    assert sum(1 for line in lines if line.get("msg") == "request") > 0
 
 
 def test_text_format_for_people(tmp_path: Path, database_url: str) -> None:
