@@ -67,15 +67,15 @@ def _batch(n: int) -> dict[str, Any]:
 
 
 async def test_over_the_event_rate_gets_429_with_retry_after_and_stores_nothing(api: httpx.AsyncClient) -> None:
-    tenant = await _tenant(api, events_per_second=5)
-    # The bucket holds max(2 s of rate, one largest batch) = 10 events.
+    tenant = await _tenant(api, events_per_second=1)
+    # The bucket holds max(2 s of rate, one largest batch) = 10 events, and gets one back per second.
     full = await api.post("/v1/events/batch", json=_batch(MAX_BATCH), headers={**tenant.auth, **idem()})
     assert full.status_code == 202, full.text
     refused = await api.post("/v1/events", json=order(99), headers={**tenant.auth, **idem("over")})
     assert refused.status_code == 429
     assert refused.headers["content-type"] == "application/problem+json"
     assert refused.json()["type"].endswith("/rate-limited")
-    assert "5 events/s" in refused.json()["detail"]
+    assert "1 events/s" in refused.json()["detail"]
     retry_after = int(refused.headers["Retry-After"])
     assert 1 <= retry_after <= 2
     assert (await api.get("/v1/events", params={"idempotency_key": "over"}, headers=tenant.auth)).status_code == 404
@@ -89,21 +89,23 @@ async def test_batches_count_their_events_and_the_byte_rate_applies(api: httpx.A
     assert (await api.post("/v1/events/batch", json=_batch(8), headers={**by_events.auth, **idem()})).status_code == 202
     over = await api.post("/v1/events/batch", json=_batch(8), headers={**by_events.auth, **idem()})
     assert over.status_code == 429
-    by_bytes = await _tenant(api, bytes_per_second=1000)  # bucket: max(2000, MAX_BODY) = 4000 bytes
+    by_bytes = await _tenant(api, bytes_per_second=200)  # bucket: max(400, MAX_BODY) = 4000 bytes
     body = order(1, partition_key="k" * 900)  # about 1 KB
     statuses = [
         (await api.post("/v1/events", json=body, headers={**by_bytes.auth, **idem()})).status_code for _ in range(5)
     ]
     assert statuses[:3] == [202, 202, 202]
     assert statuses[-1] == 429
-    assert "1000 bytes/s" in (await api.post("/v1/events", json=body, headers={**by_bytes.auth, **idem()})).text
+    assert "200 bytes/s" in (await api.post("/v1/events", json=body, headers={**by_bytes.auth, **idem()})).text
 
 
 async def test_one_tenant_over_its_limit_does_not_slow_another(api: httpx.AsyncClient) -> None:
     noisy = await _tenant(api, events_per_second=5)
     quiet = await _tenant(api, events_per_second=5)
     await api.post("/v1/events/batch", json=_batch(MAX_BATCH), headers={**noisy.auth, **idem()})
-    assert (await api.post("/v1/events", json=order(1), headers={**noisy.auth, **idem()})).status_code == 429
+    assert (
+        await api.post("/v1/events/batch", json=_batch(MAX_BATCH), headers={**noisy.auth, **idem()})
+    ).status_code == 429
     assert (await api.post("/v1/events", json=order(1), headers={**quiet.auth, **idem()})).status_code == 202
 
 
@@ -114,8 +116,10 @@ async def test_replicas_share_one_bucket(replica: Replica) -> None:
             client = one if i % 2 else two
             response = await client.post("/v1/events/batch", json=_batch(2), headers={**tenant.auth, **idem()})
             assert response.status_code == 202, response.text
-        assert (await two.post("/v1/events", json=order(1), headers={**tenant.auth, **idem()})).status_code == 429
-        assert (await one.post("/v1/events", json=order(1), headers={**tenant.auth, **idem()})).status_code == 429
+        # A full batch needs 10 tokens: 2 s of refill, far more than the requests above took.
+        for client in (two, one):
+            over = await client.post("/v1/events/batch", json=_batch(MAX_BATCH), headers={**tenant.auth, **idem()})
+            assert over.status_code == 429
 
 
 async def test_admin_sets_limits_per_tenant_over_the_environment_default(replica: Replica) -> None:
@@ -132,7 +136,8 @@ async def test_admin_sets_limits_per_tenant_over_the_environment_default(replica
         }
         # The default applies (bucket max(6, 10) = 10 events) ...
         assert (await api.post("/v1/events/batch", json=_batch(10), headers={**tenant.auth, **idem()})).is_success
-        assert (await api.post("/v1/events", json=order(1), headers={**tenant.auth, **idem()})).status_code == 429
+        over = await api.post("/v1/events/batch", json=_batch(10), headers={**tenant.auth, **idem()})
+        assert over.status_code == 429
         # ... until the admin lifts it for this tenant (0: unlimited), effective at once on this replica.
         lifted = await api.put(url, json={"events_per_second": 0}, headers=ADMIN)
         assert lifted.json()["effective_events_per_second"] == 0
