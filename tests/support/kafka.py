@@ -86,11 +86,12 @@ Broker down / restart (what the relay must handle)
        sequence numbers are acked as duplicates but never stored - silent loss that Apache Kafka (which never
        reuses a PID) cannot produce. Tests that restart Tansu under load keep the relays' producers from sharing
        PIDs (tests/support/chaos.py: ``burn_producer_ids``).
-    Apart from that last Tansu-only case nothing is lost, and nothing is written twice. So the relay must: on a delivery report with ``_MSG_TIMED_OUT``,
-    ``UNKNOWN_PRODUCER_ID``, ``OUT_OF_ORDER_SEQUENCE_NUMBER``, ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, on a
-    fatal ``KafkaException`` from ``poll()``/``flush()``, or ``_FATAL`` from ``produce()``: discard the ``Producer``
-    (``purge()`` + ``flush(0)``, and drop it BEFORE creating the next one, see c) and create a new one, leaving the
-    undelivered rows in the outbox to be sent again. A new idempotent producer needs ~0.5 s before its first
+    Apart from that last Tansu-only case nothing is lost, and nothing is written twice. So the relay must: on a
+    delivery report with ``_MSG_TIMED_OUT``, ``UNKNOWN_PRODUCER_ID``, ``OUT_OF_ORDER_SEQUENCE_NUMBER``,
+    ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, on a fatal ``KafkaException`` (or ``SystemError``) from
+    ``poll()``/``flush()``, or ``_FATAL`` from ``produce()``: discard the ``Producer`` (``purge()`` + ``flush(0)``,
+    and drop it BEFORE creating the next one, see c) and create a new one, leaving the undelivered rows in the
+    outbox to be sent again. A new idempotent producer needs ~0.5 s before its first
     delivery (librdkafka's PID acquisition timer). With Apache Kafka the producer state survives broker restarts,
     so there this only costs a reconnect.
 
