@@ -122,17 +122,23 @@ class LineWriter:
 
     def _run(self) -> None:
         while (line := self.lines.get()) is not None:
-            try:
-                self.stream.write(line)
-                if self.lines.empty():
-                    if self.dropped_lines != self._reported:
-                        lost, self._reported = self.dropped_lines - self._reported, self.dropped_lines
-                        self.stream.write(
-                            f'{{"level": "warning", "msg": "{lost} log line(s) dropped: stderr was not read"}}\n'
-                        )
-                    self.stream.flush()
-            except (OSError, ValueError):  # stderr closed or gone: losing a log line must not fail anything
-                pass
+            self._write(line)
+            if self.lines.empty():
+                self._caught_up()
+        self._caught_up()
+
+    def _caught_up(self) -> None:
+        """Nothing waits: say how many lines were dropped since the last time, and flush."""
+        if self.dropped_lines != self._reported:
+            lost, self._reported = self.dropped_lines - self._reported, self.dropped_lines
+            note = {"ts": _timestamp(time.time()), "level": "warning", "logger": "events_api.logs"}
+            self._write(_encode({**note, "msg": f"{lost} log line(s) dropped: stderr was not read"}).decode() + "\n")
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
+
+    def _write(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # stderr closed or gone: a lost line must not fail anything
+            self.stream.write(line)
 
     def close(self) -> None:
         """Write what is queued (for up to 2 s), then stop."""
